@@ -1,0 +1,83 @@
+"""The shared trajectory tensors: declared once in a spec table, allocated once by the driver in shared
+memory, poison-filled so that a read of a never-written cell shows up as -42.42 instead of a plausible 0.
+
+Layout: every tensor has a leading slot dimension. One slot holds one env's trajectory of `rollout`
+steps (T), plus the observation and rnn state after the last step (T + 1), so the learner bootstraps
+from a real value. Slots are grouped: a *slot group* is `envs_per_split` consecutive slots, one per env
+of a split, filled together. Each split owns `slot_groups_per_split` groups:
+
+    slot = ((worker_idx * worker_num_splits + split_idx) * slot_groups_per_split + group_idx)
+           * envs_per_split + env_in_split
+
+Ownership of a group moves with messages (appo/messages.py): the actor worker owns it while filling it,
+TrajectoryReady hands it to the learner, SlotsReleased hands it back. Only the owner writes; the policy
+worker writes into the current time step of a group only between the actor's InferenceRequest and its
+ActionsReady reply.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from appo.cfg import Cfg, Derived
+
+POISON = -42.42
+
+
+class TensorSpec(NamedTuple):
+    shape: tuple[int, ...]  # per slot, after the leading slot dimension
+    dtype: torch.dtype
+
+
+def rnn_state_size(cfg: Cfg) -> int:
+    """Floats of recurrent state per env: h for a GRU, h and c for an LSTM, a placeholder without rnn."""
+    if not cfg.use_rnn:
+        return 1
+    return cfg.rnn_size * (2 if cfg.rnn_type == "lstm" else 1)
+
+
+def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, TensorSpec]:
+    """The table of every trajectory tensor: name -> (per-slot shape, dtype)."""
+    T = cfg.rollout
+    if isinstance(action_space, gym.spaces.Discrete):
+        action = TensorSpec((T, 1), torch.int64)
+    else:
+        action = TensorSpec((T, int(np.prod(action_space.shape))), torch.float32)
+    return {
+        "obs": TensorSpec((T + 1, *obs_space.shape), torch.float32),
+        "actions": action,
+        "log_probs": TensorSpec((T,), torch.float32),  # of the behaviour policy
+        "values": TensorSpec((T,), torch.float32),  # behaviour values, normalised units
+        "rewards": TensorSpec((T,), torch.float32),
+        "dones": TensorSpec((T,), torch.float32),  # episode ended (terminated or truncated) at this step
+        "truncated": TensorSpec((T,), torch.float32),  # ended by a time limit, not by the env's dynamics
+        "policy_versions": TensorSpec((T,), torch.int64),  # weights version that chose each action
+        "rnn_states": TensorSpec((T + 1, rnn_state_size(cfg)), torch.float32),  # state before each step
+    }
+
+
+def allocate_trajectories(
+    cfg: Cfg, derived: Derived, obs_space: gym.Space, action_space: gym.Space
+) -> dict[str, torch.Tensor]:
+    """Allocate every trajectory tensor in shared memory, poison-filled (ints get -1)."""
+    tensors = {}
+    for name, spec in trajectory_spec(cfg, obs_space, action_space).items():
+        fill = POISON if spec.dtype.is_floating_point else -1
+        tensor = torch.full((derived.num_slots, *spec.shape), fill, dtype=spec.dtype)
+        tensors[name] = tensor.share_memory_()
+    tensors["rnn_states"].zero_()  # every trajectory's first state is the zero state
+    return tensors
+
+
+def first_slot(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, group_idx: int) -> int:
+    split_global = worker_idx * cfg.worker_num_splits + split_idx
+    return (split_global * derived.slot_groups_per_split + group_idx) * derived.envs_per_split
+
+
+def numpy_views(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """numpy views on the same shared memory (the actor's hot loop is numpy)."""
+    return {name: tensor.numpy() for name, tensor in tensors.items()}

@@ -1,0 +1,298 @@
+"""The run configuration: one set of dataclasses, the flag parser built from them, presets, resume merge,
+derived values and validation.
+
+Every hyperparameter is declared once below with its type, default and a one-line help. Flags are flat
+(`--num_workers=16`); the groups only order the help. Precedence, lowest first:
+dataclass defaults < env preset (envs/presets.py) < saved cfg.json (resume) < flags typed on this command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best next to each field
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class RunCfg:
+    env: str = _f("ant_dir", "env name: a project env (envs/), a gymnasium id, or module.path:ClassName")
+    experiment: str = _f("default", "run name; everything lands in train_dir/experiment/")
+    train_dir: str = _f("./train_dir", "root folder of all runs")
+    seed: int = _f(0, "random seed of envs and torch")
+    device: str = _f("auto", "torch device of policy workers and learners: auto, cpu, cuda, cuda:N")
+    train_for_env_steps: int = _f(10_000_000_000, "stop after this many env steps (summed over policies)")
+    train_for_seconds: float = _f(1e10, "stop after this many seconds of this session")
+    save_every_sec: float = _f(120.0, "seconds between regular checkpoints")
+    keep_checkpoints: int = _f(3, "regular checkpoints kept per policy (plus the best)")
+    report_interval: float = _f(5.0, "seconds between status lines and tensorboard writes")
+    serial_mode: bool = _f(False, "run every component in the driver process (debugging, determinism)")
+    sampler_only: bool = _f(False, "benchmark: collect experience but skip training")
+    log_level: str = _f("info", "debug, info, warning or error")
+
+
+@dataclass
+class SamplingCfg:
+    num_workers: int = _f(2, "actor worker processes")
+    num_envs_per_worker: int = _f(8, "envs stepped by each actor worker")
+    worker_num_splits: int = _f(2, "groups each worker's envs are split into (2 = double buffering)")
+    rollout: int = _f(64, "T: env steps of one trajectory slot")
+    num_policies: int = _f(1, "policies trained in this run (population)")
+    policy_workers_per_policy: int = _f(1, "policy worker processes per policy")
+    max_episode_steps: int = _f(0, "episode step limit; 0 keeps the env's own")
+    set_workers_cpu_affinity: bool = _f(True, "pin actor workers to cores round-robin")
+    force_envs_single_thread: bool = _f(True, "limit BLAS/OpenMP threads inside envs to one")
+    decorrelate_experience_max_seconds: float = _f(0.0, "random warm-up stepping per worker at start")
+    reward_scale: float = _f(1.0, "rewards are multiplied by this before learning")
+    reward_clip: float = _f(0.0, "rewards are clipped to +-this before learning; 0 disables")
+
+
+@dataclass
+class LearningCfg:
+    batch_size: int = _f(1024, "minibatch: env steps per SGD step")
+    num_batches_per_epoch: int = _f(1, "minibatches per epoch; an iteration trains on their sum")
+    num_epochs: int = _f(1, "passes over each iteration's experience")
+    gamma: float = _f(0.99, "discount")
+    with_vtrace: bool = _f(True, "V-trace targets (off: GAE)")
+    vtrace_rho: float = _f(1.0, "V-trace rho-bar (importance weight clip of the TD error)")
+    vtrace_c: float = _f(1.0, "V-trace c-bar (trace cutting)")
+    gae_lambda: float = _f(0.95, "GAE lambda")
+    value_bootstrap: bool = _f(True, "bootstrap from V(s) at time-limit truncation instead of treating it as death")
+    ppo_clip_ratio: float = _f(0.1, "PPO policy ratio clip epsilon")
+    ppo_clip_value: float = _f(1.0, "PPO value clip (normalised units); 0 disables")
+    value_loss_coeff: float = _f(0.5, "weight of the value loss")
+    exploration_loss_coeff: float = _f(0.003, "weight of the entropy bonus")
+    normalize_advantage: bool = _f(True, "normalise advantages per minibatch")
+    max_grad_norm: float = _f(4.0, "global gradient norm clip; 0 disables")
+    learning_rate: float = _f(1e-4, "Adam learning rate")
+    lr_schedule: str = _f("constant", "constant or linear_decay (to 0 at train_for_env_steps)")
+    adam_eps: float = _f(1e-6, "Adam epsilon")
+    adam_beta1: float = _f(0.9, "Adam beta1")
+    adam_beta2: float = _f(0.999, "Adam beta2")
+    async_rl: bool = _f(True, "collect while training (off: synchronous PPO, zero policy lag)")
+    max_policy_lag: int = _f(100, "drop experience more than this many policy versions old")
+    num_minibatches_to_accumulate: int = _f(2, "iterations of experience that may wait for the learner")
+
+
+@dataclass
+class ModelCfg:
+    encoder_mlp_layers: list[int] = _f([64, 64], "hidden sizes of the MLP encoder")
+    nonlinearity: str = _f("tanh", "tanh, relu or elu")
+    use_rnn: bool = _f(False, "recurrent core after the encoder")
+    rnn_type: str = _f("gru", "gru or lstm")
+    rnn_size: int = _f(128, "hidden size of the recurrent core")
+    recurrence: int = _f(-1, "BPTT chunk length; -1 means rollout")
+    normalize_input: bool = _f(True, "running mean/std normalisation of observations")
+    normalize_returns: bool = _f(True, "running mean/std normalisation of value targets")
+    initial_log_std: float = _f(0.0, "initial log standard deviation of Gaussian actions")
+
+
+@dataclass
+class Cfg(RunCfg, SamplingCfg, LearningCfg, ModelCfg):
+    """The whole configuration of a run: every flag, flat."""
+
+
+GROUPS: list[tuple[str, type]] = [
+    ("run", RunCfg),
+    ("sampling", SamplingCfg),
+    ("learning", LearningCfg),
+    ("model", ModelCfg),
+]
+# Flags that only steer this session and are never taken from a saved cfg.json on resume.
+SESSION_FLAGS = {"train_for_seconds", "serial_mode", "log_level", "device"}
+
+
+def _str2bool(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {value!r}")
+
+
+def build_parser(prog: str = "train_appo.py", extra: type | None = None) -> argparse.ArgumentParser:
+    """Argument parser generated from the dataclasses; defaults are suppressed so that the parsed
+    namespace holds exactly the flags typed on the command line (resume depends on that)."""
+    parser = argparse.ArgumentParser(prog=prog, argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    groups = list(GROUPS) + ([("enjoy", extra)] if extra is not None else [])
+    seen: set[str] = set()
+    for title, group_cls in groups:
+        group = parser.add_argument_group(title)
+        for f in fields(group_cls):
+            if f.name in seen:
+                continue
+            seen.add(f.name)
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            help_text = f"{f.metadata.get('help', '')} (default: {default})"
+            flag = f"--{f.name}"
+            if isinstance(default, bool):
+                group.add_argument(flag, type=_str2bool, nargs="?", const=True, metavar="BOOL", help=help_text)
+            elif isinstance(default, list):
+                group.add_argument(flag, type=int, nargs="+", help=help_text)
+            else:
+                group.add_argument(flag, type=type(default), help=help_text)
+    return parser
+
+
+def cfg_to_dict(cfg: Cfg) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def make_cfg(overrides: dict[str, Any], cls: type = Cfg) -> Cfg:
+    """A cfg from defaults plus `overrides`; unknown keys raise ValueError naming them."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+    return cls(**overrides)
+
+
+def merge_cfg(explicit: dict[str, Any], saved: dict[str, Any] | None, cls: type = Cfg) -> Cfg:
+    """Apply the precedence order: defaults < env preset < saved cfg.json < explicit flags."""
+    from envs.presets import env_preset  # envs/ knows its envs; cfg does not
+
+    env_name = explicit.get("env") or (saved or {}).get("env") or Cfg.env
+    values: dict[str, Any] = {}
+    values.update(env_preset(env_name))
+    if saved:
+        names = {f.name for f in fields(cls)}
+        values.update({k: v for k, v in saved.items() if k in names and k not in SESSION_FLAGS})
+    values.update(explicit)
+    return make_cfg(values, cls)
+
+
+def experiment_dir(cfg: Cfg) -> Path:
+    return Path(cfg.train_dir) / cfg.experiment
+
+
+def parse_cfg(argv: list[str] | None = None, prog: str = "train_appo.py", cls: type = Cfg) -> Cfg:
+    """Parse the command line, merge with the preset and (on resume) the saved cfg.json."""
+    extra = cls if cls is not Cfg else None
+    namespace = build_parser(prog, extra).parse_args(argv)
+    explicit = vars(namespace)
+    probe = Cfg(**{k: v for k, v in explicit.items() if k in ("train_dir", "experiment")})
+    saved_path = experiment_dir(probe) / "cfg.json"
+    saved = None
+    if saved_path.exists():
+        try:
+            saved = json.loads(saved_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SystemExit(f"error: {saved_path}: unreadable saved config ({exc}); remove it or pick --experiment")
+    return merge_cfg(explicit, saved, cls)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Values computed from the cfg in one place, never stored as flags."""
+
+    num_envs_total: int
+    envs_per_split: int
+    num_splits_total: int
+    samples_per_iteration: int
+    trajectories_per_iteration: int
+    slot_groups_per_split: int
+    num_slots: int
+    recurrence: int
+
+
+def derive(cfg: Cfg) -> Derived:
+    envs_per_split = cfg.num_envs_per_worker // max(cfg.worker_num_splits, 1)
+    num_splits_total = cfg.num_workers * cfg.worker_num_splits
+    num_envs_total = cfg.num_workers * cfg.num_envs_per_worker
+    samples = cfg.batch_size * cfg.num_batches_per_epoch
+    trajectories = max(samples // max(cfg.rollout, 1), 1)
+    steps_per_round = max(num_envs_total * cfg.rollout, 1)
+    if cfg.async_rl:
+        # One group being filled, plus room for `num_minibatches_to_accumulate` iterations waiting.
+        groups = 1 + math.ceil(cfg.num_minibatches_to_accumulate * samples / steps_per_round)
+    else:
+        # Exactly one iteration's worth: every env fills its share, then waits for the new weights.
+        groups = max(samples // steps_per_round, 1)
+    return Derived(
+        num_envs_total=num_envs_total,
+        envs_per_split=envs_per_split,
+        num_splits_total=num_splits_total,
+        samples_per_iteration=samples,
+        trajectories_per_iteration=trajectories,
+        slot_groups_per_split=groups,
+        num_slots=num_splits_total * groups * envs_per_split,
+        recurrence=cfg.rollout if cfg.recurrence == -1 else cfg.recurrence,
+    )
+
+
+def _positive(cfg: Cfg, names: list[str]) -> list[str]:
+    return [f"--{n}={getattr(cfg, n)}: must be > 0" for n in names if getattr(cfg, n) <= 0]
+
+
+def verify(cfg: Cfg) -> list[str]:
+    """Every problem with the cfg, one line each naming the flag, its value and what would be valid."""
+    errors = _positive(
+        cfg,
+        ["num_workers", "num_envs_per_worker", "worker_num_splits", "rollout", "num_policies", "batch_size"]
+        + ["num_batches_per_epoch", "num_epochs", "policy_workers_per_policy", "learning_rate", "rnn_size"]
+        + ["keep_checkpoints", "report_interval", "train_for_env_steps", "train_for_seconds"],
+    )
+    if errors:
+        return errors
+    d = derive(cfg)
+    if cfg.num_envs_per_worker % cfg.worker_num_splits:
+        errors.append(
+            f"--num_envs_per_worker={cfg.num_envs_per_worker}: must be a multiple of "
+            f"--worker_num_splits={cfg.worker_num_splits}"
+        )
+    if cfg.batch_size % cfg.rollout:
+        errors.append(f"--batch_size={cfg.batch_size}: must be a multiple of --rollout={cfg.rollout}")
+    steps_per_round = d.num_envs_total * cfg.rollout
+    if not cfg.async_rl and d.samples_per_iteration % steps_per_round:
+        errors.append(
+            f"--async_rl=False: batch_size*num_batches_per_epoch={d.samples_per_iteration} must be a multiple of "
+            f"num_workers*num_envs_per_worker*rollout={steps_per_round} so every sample has zero policy lag"
+        )
+    choices = {"nonlinearity": ("tanh", "relu", "elu"), "rnn_type": ("gru", "lstm")}
+    choices |= {"lr_schedule": ("constant", "linear_decay"), "log_level": ("debug", "info", "warning", "error")}
+    for name, valid in choices.items():
+        if getattr(cfg, name) not in valid:
+            errors.append(f"--{name}={getattr(cfg, name)}: must be one of {', '.join(valid)}")
+    if d.recurrence <= 0 or cfg.rollout % d.recurrence:
+        errors.append(f"--recurrence={cfg.recurrence}: must be -1 or divide --rollout={cfg.rollout}")
+    if not 0.0 <= cfg.gamma <= 1.0:
+        errors.append(f"--gamma={cfg.gamma}: must be in [0, 1]")
+    if not 0.0 <= cfg.gae_lambda <= 1.0:
+        errors.append(f"--gae_lambda={cfg.gae_lambda}: must be in [0, 1]")
+    if cfg.max_policy_lag < 0:
+        errors.append(f"--max_policy_lag={cfg.max_policy_lag}: must be >= 0")
+    if cfg.num_minibatches_to_accumulate < 1:
+        errors.append(f"--num_minibatches_to_accumulate={cfg.num_minibatches_to_accumulate}: must be >= 1")
+    if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
+        errors.append(f"--device={cfg.device}: must be auto, cpu, cuda or cuda:N")
+    if not cfg.experiment or "/" in cfg.experiment:
+        errors.append(f"--experiment={cfg.experiment!r}: must be a non-empty name without '/'")
+    return errors
+
+
+def verify_or_exit(cfg: Cfg) -> None:
+    """Print every problem on its own line to stderr and exit 2 (the usage-error status)."""
+    errors = verify(cfg)
+    if errors:
+        for line in errors:
+            print(f"error: {line}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def resolve_device(cfg: Cfg) -> str:
+    if cfg.device != "auto":
+        return cfg.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,72 @@
+"""Full trajectory slots -> one training batch.
+
+The batcher keeps the slot groups handed over by TrajectoryReady in arrival order, copies whole
+trajectories out of shared memory once an iteration's worth is there, drops (and counts) those older
+than `max_policy_lag` versions, and says which groups can go back to their actor workers. A group is
+released only once all of its trajectories are copied, so a group can straddle two batches.
+
+Backpressure follows from ownership: each split owns a fixed number of slot groups; while the learner
+holds them all, that split's actor worker pauses (appo/sampling/env_runner.py `is_parked`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+import torch
+
+from appo.messages import SlotsReleased, TrajectoryReady
+
+BATCH_KEYS = ("obs", "actions", "log_probs", "values", "rewards", "dones", "truncated", "policy_versions", "rnn_states")
+
+
+class Batch(NamedTuple):
+    tensors: dict[str, torch.Tensor]  # each [N, T(+1), ...] on the learner's device
+    env_steps: int  # steps taken out of the buffers, dropped ones included
+    dropped: int  # trajectories dropped for policy lag
+    lag: torch.Tensor  # [N * T] policy lag of every kept sample (versions behind at batch time)
+    releases: list[SlotsReleased]  # groups fully copied
+
+
+class Batcher:
+    def __init__(self, buffers: dict[str, torch.Tensor], trajectories_per_batch: int, device: str) -> None:
+        self.buf = buffers
+        self.needed = trajectories_per_batch
+        self.device = device
+        self.pending: deque[list] = deque()  # [TrajectoryReady, number of its trajectories already taken]
+        self.num_pending = 0
+
+    def add(self, msg: TrajectoryReady) -> None:
+        self.pending.append([msg, 0])
+        self.num_pending += msg.num_envs
+
+    def is_ready(self) -> bool:
+        return self.num_pending >= self.needed
+
+    def take(self, version: int, max_policy_lag: int) -> Batch:
+        """Copy the next `trajectories_per_batch` trajectories out of shared memory."""
+        slots: list[torch.Tensor] = []
+        releases: list[SlotsReleased] = []
+        want = self.needed
+        while want > 0:
+            entry = self.pending[0]
+            msg, taken = entry
+            n = min(msg.num_envs - taken, want)
+            slots.append(torch.arange(msg.first_slot + taken, msg.first_slot + taken + n))
+            entry[1] += n
+            want -= n
+            if entry[1] == msg.num_envs:
+                self.pending.popleft()
+                releases.append(SlotsReleased(msg.worker_idx, msg.split_idx, msg.group_idx))
+        self.num_pending -= self.needed
+        index = torch.cat(slots)
+        T = self.buf["rewards"].shape[1]
+        versions = self.buf["policy_versions"][index]
+        lag = version - versions
+        keep = lag.max(dim=1).values <= max_policy_lag
+        if not bool(keep.all()):
+            index, lag = index[keep], lag[keep]
+        tensors = {k: self.buf[k][index].to(self.device, non_blocking=True) for k in BATCH_KEYS}
+        dropped = int((~keep).sum())
+        return Batch(tensors, self.needed * T, dropped, lag.flatten(), releases)

@@ -1,0 +1,364 @@
+"""Learner of one policy: batches of whole trajectories -> V-trace or GAE targets -> clipped PPO loss ->
+Adam; then publishes the new weights and version. Also owns the policy's checkpoints.
+
+`Learner` is the component (used directly by --serial_mode); `run_learner` is the process shell, in
+which a background thread trains while the main thread copies the next batch out of shared memory.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import Tensor
+
+from appo.cfg import Cfg, Derived
+from appo.checkpoint import load_latest, save_best, save_checkpoint
+from appo.learning.batcher import Batch, Batcher
+from appo.learning.losses import entropy_loss, policy_loss, value_loss
+from appo.learning.param_sync import ParamStore
+from appo.learning.returns import gae, vtrace
+from appo.messages import ReturnSummary, Stop, TrainReport, TrajectoryReady
+from appo.model import make_model
+from appo.processes import component_main
+from appo.wiring import Queues, send
+from utils.logging import log
+from utils.timing import Timing
+
+
+class Learner:
+    def __init__(
+        self,
+        cfg: Cfg,
+        derived: Derived,
+        policy_id: int,
+        buffers: dict[str, torch.Tensor],
+        params: ParamStore,
+        spaces: tuple[gym.Space, gym.Space],
+        ckpt_dir: Path,
+        device: str,
+    ) -> None:
+        self.cfg, self.derived, self.policy_id, self.params = cfg, derived, policy_id, params
+        self.ckpt_dir, self.device = ckpt_dir, device
+        self.model = make_model(cfg, *spaces).to(device).train()
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
+        )
+        self.batcher = Batcher(buffers, derived.trajectories_per_iteration, device)
+        self.version = 0
+        self.env_steps = 0
+        self.dropped = 0
+        self.best_return = -math.inf
+        self.latest_return = -math.inf
+        self.last_save = time.monotonic()
+        self.timing = Timing()
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+    def init(self) -> None:
+        """Restore the latest readable checkpoint, if any, and publish the weights."""
+        loaded = load_latest(self.ckpt_dir, map_location=self.device)
+        if loaded is not None:
+            state, path = loaded
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.version, self.env_steps = int(state["version"]), int(state["env_steps"])
+            self.best_return = float(state.get("best_return", -math.inf))
+            log.info("learner %d resumed from %s (version %d, %d env steps)", self.policy_id, path, self.version,
+                     self.env_steps)
+        self.params.publish(self.model, self.version)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "env_steps": self.env_steps,
+            "best_return": self.best_return,
+            "policy_id": self.policy_id,
+        }
+
+    def save(self) -> Path:
+        self.last_save = time.monotonic()
+        return save_checkpoint(self.ckpt_dir, self.state(), self.version, self.env_steps, self.cfg.keep_checkpoints)
+
+    def maybe_save(self) -> None:
+        if time.monotonic() - self.last_save >= self.cfg.save_every_sec:
+            with self.timing.add_time("checkpoint"):
+                self.save()
+        if self.latest_return > self.best_return and self.version > 0:
+            self.best_return = self.latest_return
+            save_best(self.ckpt_dir, self.state(), self.version, self.env_steps, self.best_return)
+
+    # --- messages -----------------------------------------------------------------------------------
+    def handle(self, msg: Any) -> None:
+        if type(msg) is TrajectoryReady:
+            self.batcher.add(msg)
+        elif type(msg) is ReturnSummary:
+            self.latest_return = msg.return_mean
+        else:
+            raise TypeError(f"learner {self.policy_id}: unexpected message {msg!r}")
+
+    def next_batch(self) -> Batch | None:
+        if not self.batcher.is_ready():
+            return None
+        with self.timing.add_time("batch"):
+            batch = self.batcher.take(self.version, self.cfg.max_policy_lag)
+        self.env_steps += batch.env_steps
+        self.dropped += batch.dropped
+        return batch
+
+    # --- training -----------------------------------------------------------------------------------
+    def train(self, batch: Batch) -> TrainReport:
+        """One iteration: num_epochs passes of num_batches_per_epoch minibatches; publishes weights."""
+        stats: dict[str, float] = {}
+        if batch.tensors["rewards"].shape[0] > 0 and not self.cfg.sampler_only:
+            with self.timing.add_time("train"):
+                stats = self._train_iteration(batch.tensors)
+            self.version += 1
+            with self.timing.add_time("publish"):
+                self.params.publish(self.model, self.version)
+        if batch.lag.numel():
+            lag = batch.lag.float()
+            stats |= {"policy_lag_min": lag.min().item(), "policy_lag_avg": lag.mean().item()}
+            stats["policy_lag_max"] = lag.max().item()
+        stats["dropped_trajectories"] = float(self.dropped)
+        return TrainReport(self.policy_id, self.env_steps, self.version, stats)
+
+    def _set_learning_rate(self) -> float:
+        lr = self.cfg.learning_rate
+        if self.cfg.lr_schedule == "linear_decay":
+            lr *= max(1.0 - self.env_steps / self.cfg.train_for_env_steps, 0.0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _denormalize(self, values: Tensor) -> Tensor:
+        rn = self.model.returns_normalizer
+        return rn.denormalize(values) if rn is not None else values
+
+    def _normalize_targets(self, targets: Tensor) -> Tensor:
+        rn = self.model.returns_normalizer
+        return rn.normalize(targets) if rn is not None else targets
+
+    def _targets(self, b: dict[str, Tensor], values_n: Tensor, log_rhos: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Advantages and value targets [N, T] (raw reward units) from values_n [N, T + 1]."""
+        cfg = self.cfg
+        values = self._denormalize(values_n)
+        rewards = b["rewards"]
+        if cfg.value_bootstrap:
+            # A time-limit truncation is not a death: add the discounted value of the state instead of
+            # zero. V(s_t) stands in for V(s_{t+1}) because the post-step observation was replaced by reset.
+            rewards = rewards + cfg.gamma * values[:, :-1] * b["truncated"]
+        discounts = cfg.gamma * (1.0 - b["dones"])
+        tm = lambda x: x.transpose(0, 1)  # noqa: E731 - [N, T] -> time-major [T, N]
+        if log_rhos is not None:
+            vs, adv = vtrace(
+                tm(log_rhos), tm(discounts), tm(rewards), tm(values[:, :-1]), values[:, -1], cfg.vtrace_rho,
+                cfg.vtrace_c,
+            )
+            return tm(adv), tm(vs)
+        adv, returns = gae(tm(discounts), tm(rewards), tm(values[:, :-1]), values[:, -1], cfg.gae_lambda)
+        return tm(adv), tm(returns)
+
+    def _all_values(self, b: dict[str, Tensor], idx: Tensor) -> Tensor:
+        """Normalised values [n, T + 1] of trajectories `idx` under the current weights, no grad."""
+        with torch.no_grad():
+            T = b["rewards"].shape[1]
+            feats = self.model.features(b["obs"][idx, :T], b["rnn_states"][idx, :T], b["dones"][idx],
+                                        self.derived.recurrence)
+            values = self.model.value_head(feats).squeeze(-1)
+            boot = self.model.value_of(b["obs"][idx, T], b["rnn_states"][idx, T])
+        return torch.cat([values, boot.unsqueeze(1)], dim=1)
+
+    def _minibatches(self, N: int, T: int) -> list[tuple[Tensor, Tensor | None]]:
+        """(trajectory indices, step mask) per minibatch. Whole trajectories when targets or memory need
+        them (V-trace, RNN); otherwise single steps shuffled over the whole batch."""
+        k = self.cfg.num_batches_per_epoch
+        if self.cfg.with_vtrace or self.cfg.use_rnn:
+            return [(idx, None) for idx in torch.randperm(N, device=self.device).chunk(k)]
+        flat = torch.randperm(N * T, device=self.device).chunk(k)
+        return [(idx, None) for idx in flat]
+
+    def _train_iteration(self, b: dict[str, Tensor]) -> dict[str, float]:
+        cfg = self.cfg
+        N, T = b["rewards"].shape
+        lr = self._set_learning_rate()
+        if self.model.obs_normalizer is not None:
+            self.model.obs_normalizer.update(b["obs"][:, :T])
+        is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
+        adv_all = ret_all = None
+        if not cfg.with_vtrace:
+            # GAE: targets once per iteration, from the weights before this iteration's updates.
+            adv_all, ret_all = self._targets(b, self._all_values(b, torch.arange(N, device=self.device)), None)
+            if self.model.returns_normalizer is not None:
+                self.model.returns_normalizer.update(ret_all)
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(cfg.num_epochs):
+            for idx, _mask in self._minibatches(N, T):
+                if is_per_step:
+                    out = self._per_step_loss(b, idx, adv_all, ret_all)
+                else:
+                    out = self._trajectory_loss(b, idx, adv_all, ret_all)
+                loss, mb_stats = out
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.max_grad_norm > 0:
+                    mb_stats["grad_norm"] = float(
+                        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                    )
+                self.optimizer.step()
+                for key, value in mb_stats.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+                count += 1
+        stats = {key: value / max(count, 1) for key, value in sums.items()}
+        stats["learning_rate"] = lr
+        return stats
+
+    def _loss(
+        self, log_probs: Tensor, old_log_probs: Tensor, entropy: Tensor, values: Tensor, old_values: Tensor,
+        adv: Tensor, targets: Tensor,
+    ) -> tuple[Tensor, dict[str, float]]:
+        cfg = self.cfg
+        if cfg.normalize_advantage and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        p_loss, p_stats = policy_loss(log_probs, old_log_probs, adv, cfg.ppo_clip_ratio)
+        v_loss = value_loss(values, old_values, self._normalize_targets(targets), cfg.ppo_clip_value or None)
+        e_loss = entropy_loss(entropy)
+        loss = p_loss + cfg.value_loss_coeff * v_loss + cfg.exploration_loss_coeff * e_loss
+        stats = {"policy_loss": p_loss.item(), "value_loss": v_loss.item(), "entropy": -e_loss.item()}
+        stats |= {"kl": p_stats["approx_kl"].item(), "clip_fraction": p_stats["clip_fraction"].item()}
+        return loss, stats
+
+    def _per_step_loss(
+        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor, ret_all: Tensor
+    ) -> tuple[Tensor, dict[str, float]]:
+        """Minibatch of single steps (feed-forward model, GAE): idx indexes the flattened [N * T]."""
+        T = b["rewards"].shape[1]
+        n, t = idx // T, idx % T
+        out = self.model.evaluate(
+            b["obs"][n, t].unsqueeze(1), b["actions"][n, t].unsqueeze(1), b["rnn_states"][n, t].unsqueeze(1),
+            b["dones"][n, t].unsqueeze(1), 1,
+        )
+        return self._loss(
+            out.log_probs[:, 0], b["log_probs"][n, t], out.entropy[:, 0], out.values[:, 0], b["values"][n, t],
+            adv_all[n, t], ret_all[n, t],
+        )
+
+    def _trajectory_loss(
+        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor | None, ret_all: Tensor | None
+    ) -> tuple[Tensor, dict[str, float]]:
+        """Minibatch of whole trajectories (V-trace and/or RNN)."""
+        T = b["rewards"].shape[1]
+        obs, rnn = b["obs"][idx], b["rnn_states"][idx]
+        out = self.model.evaluate(obs[:, :T], b["actions"][idx], rnn[:, :T], b["dones"][idx], self.derived.recurrence)
+        old_log_probs = b["log_probs"][idx]
+        if adv_all is None:
+            sub = {k: b[k][idx] for k in ("rewards", "dones", "truncated")}
+            with torch.no_grad():
+                boot = self.model.value_of(obs[:, T], rnn[:, T])
+            values_n = torch.cat([out.values.detach(), boot.unsqueeze(1)], dim=1)
+            adv, targets = self._targets(sub, values_n, out.log_probs.detach() - old_log_probs)
+            if self.model.returns_normalizer is not None:
+                self.model.returns_normalizer.update(targets)
+        else:
+            adv, targets = adv_all[idx], ret_all[idx]
+        return self._loss(out.log_probs, old_log_probs, out.entropy, out.values, b["values"][idx], adv, targets)
+
+
+# --- process shell ------------------------------------------------------------------------------------
+def learner_loop(learner: Learner, queues: Queues) -> None:
+    """Main thread: receive messages, copy batches; trainer thread: train on them."""
+    inbox = queues.learner_queues[learner.policy_id]
+    batches: queue.Queue[Batch | None] = queue.Queue(maxsize=1)
+    outbox: queue.Queue[list[Any]] = queue.Queue()
+    failure: list[BaseException] = []
+
+    def trainer() -> None:
+        try:
+            while (batch := batches.get()) is not None:
+                report = learner.train(batch)
+                learner.maybe_save()
+                # Sync mode: slots go back only now, so that every new sample is taken with new weights.
+                outbox.put([report] + ([] if learner.cfg.async_rl else batch.releases))
+        except BaseException as exc:  # surfaced in the main thread, which reports and exits
+            failure.append(exc)
+            outbox.put([])
+
+    thread = threading.Thread(target=trainer, name="trainer", daemon=True)
+    thread.start()
+    stopping = False
+    try:
+        while not stopping:
+            try:
+                msgs = inbox.get_many(timeout=0.1)
+            except Exception:  # queue.Empty on timeout
+                msgs = []
+            for msg in msgs:
+                if type(msg) is Stop:
+                    stopping = True
+                else:
+                    learner.handle(msg)
+            while not stopping and thread.is_alive() and (batch := learner.next_batch()) is not None:
+                if learner.cfg.async_rl:
+                    send(batch.releases, queues)
+                _put_until(batches, batch, outbox, queues)
+            _drain(outbox, queues)
+            if failure:
+                raise failure[0]
+    finally:
+        batches.put(None)
+        thread.join(timeout=60)
+        _drain(outbox, queues)
+    if failure:
+        raise failure[0]
+    learner.save()
+
+
+def _put_until(batches: queue.Queue, batch: Batch, outbox: queue.Queue, queues: Queues) -> None:
+    """Hand the batch to the trainer, sending its reports while waiting for room."""
+    while True:
+        try:
+            batches.put(batch, timeout=0.05)
+            return
+        except queue.Full:
+            _drain(outbox, queues)
+
+
+def _drain(outbox: queue.Queue, queues: Queues) -> None:
+    while True:
+        try:
+            send(outbox.get_nowait(), queues)
+        except queue.Empty:
+            return
+
+
+def run_learner(
+    cfg: Cfg,
+    derived: Derived,
+    policy_id: int,
+    buffers: dict[str, torch.Tensor],
+    params: ParamStore,
+    spaces: tuple[gym.Space, gym.Space],
+    ckpt_dir: Path,
+    device: str,
+    queues: Queues,
+) -> None:
+    """Process entry point of the learner of policy `policy_id`."""
+
+    def body() -> None:
+        torch.manual_seed(cfg.seed + policy_id)
+        learner = Learner(cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device)
+        learner.init()
+        try:
+            learner_loop(learner, queues)
+        finally:
+            log.info("learner %d profile: %s", policy_id, learner.timing.profile())
+
+    component_main(cfg, f"learner_{policy_id}", queues, body)

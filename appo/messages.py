@@ -1,0 +1,99 @@
+"""Every message that crosses a process boundary: the protocol on one page.
+
+Messages carry ids and slot indices only; observations, actions and the rest stay in the shared
+trajectory tensors (appo/buffers.py). Records are NamedTuples because they pickle fast and small, and
+faster-fifo pickles each message that travels.
+
+Who sends what to whom (the queues themselves are created in appo.runner.wire):
+
+    actor worker  --InferenceRequest-->  policy queue of `policy_id` (any of its policy workers)
+    policy worker --ActionsReady------>  inbox of actor worker `worker_idx`
+    actor worker  --TrajectoryReady--->  learner queue of `policy_id`  (slot ownership moves to the learner)
+    learner       --SlotsReleased----->  inbox of actor worker `worker_idx` (ownership moves back)
+    actor worker  --EpisodeReport----->  driver queue
+    learner       --TrainReport------->  driver queue
+    driver        --ReturnSummary----->  learner queue (for the best checkpoint)
+    any child     --ErrorReport------->  driver queue, then exits non-zero
+    driver        --Stop-------------->  every inbox and queue
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class InferenceRequest(NamedTuple):
+    """Split `split_idx` of actor worker `worker_idx` waits for actions for its envs, whose current
+    observations sit at time index `t` of slots first_slot .. first_slot + num_envs - 1."""
+
+    policy_id: int
+    worker_idx: int
+    split_idx: int
+    first_slot: int
+    num_envs: int
+    t: int
+
+
+class ActionsReady(NamedTuple):
+    """Actions (and log-probs, values, next rnn states) for that split are written into its slots."""
+
+    worker_idx: int
+    split_idx: int
+
+
+class TrajectoryReady(NamedTuple):
+    """A slot group is full: `num_envs` trajectories of `rollout` steps in consecutive slots."""
+
+    policy_id: int
+    worker_idx: int
+    split_idx: int
+    group_idx: int
+    first_slot: int
+    num_envs: int
+
+
+class SlotsReleased(NamedTuple):
+    """The learner has copied (async) or trained on (sync) this slot group; the actor may refill it."""
+
+    worker_idx: int
+    split_idx: int
+    group_idx: int
+
+
+class EpisodeReport(NamedTuple):
+    """Episodes that ended since the last report of this worker (returns and lengths, per policy)."""
+
+    policy_id: int
+    worker_idx: int
+    returns: list[float]
+    lengths: list[int]
+
+
+class TrainReport(NamedTuple):
+    """Learner progress: counters are totals since the run began (they survive resume)."""
+
+    policy_id: int
+    env_steps: int
+    version: int
+    stats: dict[str, float]
+
+
+class ReturnSummary(NamedTuple):
+    """The driver's current average episode return of this policy, for the learner's best checkpoint."""
+
+    policy_id: int
+    return_mean: float
+
+
+class ErrorReport(NamedTuple):
+    component: str
+    error: str
+
+
+class Stop(NamedTuple):
+    """Finish what you are doing, flush and save, and exit."""
+
+    reason: str = ""
+
+
+Message = Any

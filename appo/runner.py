@@ -1,0 +1,204 @@
+"""THE DRIVER: verify the cfg -> write cfg.json -> read the env's spaces -> allocate shared buffers and
+weights -> wire queues -> spawn learners, policy workers and actor workers -> aggregate reports (status
+line, tensorboard, stop criteria, dead children) -> stop everyone and exit with a status code.
+
+--serial_mode drives the very same components in this process (appo/serial.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import torch
+
+from appo.buffers import allocate_trajectories
+from appo.cfg import Cfg, cfg_to_dict, derive, experiment_dir, resolve_device, verify_or_exit
+from appo.learning.param_sync import ParamStore
+from appo.messages import ErrorReport, ReturnSummary, Stop
+from appo.model import make_model
+from appo.processes import process_title, set_process_title, spawn_context, start_process, stop_processes
+from appo.stats import Stats, SummaryWriters
+from appo.wiring import Queues, close_all, send, wire
+from envs import UnknownEnvError, make_env
+from utils.logging import init_logging, log
+from utils.paths import cfg_path, checkpoint_dir, log_path
+
+
+class Driver:
+    """Report aggregation and stop criteria, shared by the process and serial modes."""
+
+    def __init__(self, cfg: Cfg, exp_dir: Any) -> None:
+        self.cfg = cfg
+        self.stats = Stats(cfg.num_policies)
+        self.writers = SummaryWriters(exp_dir / "summaries", cfg.num_policies)
+        self.start = time.monotonic()
+        self.last_report = self.start
+        self.errors: list[str] = []
+
+    def on_messages(self, msgs: list[Any]) -> None:
+        for msg in msgs:
+            if type(msg) is ErrorReport:
+                self.errors.append(f"{msg.component}: {msg.error.strip().splitlines()[-1]}")
+            else:
+                self.stats.on_report(msg)
+
+    def tick(self) -> list[Any]:
+        """Periodic work; returns the messages to send (return summaries for the learners)."""
+        now = time.monotonic()
+        self.stats.sample(now)
+        if now - self.last_report < self.cfg.report_interval:
+            return []
+        self.last_report = now
+        self.report()
+        return [
+            ReturnSummary(pid, p.return_mean()) for pid, p in enumerate(self.stats.policies) if len(p.returns) > 0
+        ]
+
+    def report(self) -> None:
+        log.info(self.stats.status_line(time.monotonic() - self.start))
+        self.writers.write(self.stats)
+
+    def should_stop(self) -> str | None:
+        if self.errors:
+            return "component failed"
+        if self.stats.env_steps >= self.cfg.train_for_env_steps:
+            return f"reached {self.cfg.train_for_env_steps} env steps"
+        if time.monotonic() - self.start >= self.cfg.train_for_seconds:
+            return f"ran {self.cfg.train_for_seconds:g} s"
+        return None
+
+    def close(self) -> None:
+        self.report()
+        self.writers.close()
+
+
+def prepare(cfg: Cfg) -> tuple[Any, Any, Any]:
+    """Everything before any process exists: verify, folders, cfg.json, logging, spaces."""
+    verify_or_exit(cfg)
+    exp_dir = experiment_dir(cfg)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(cfg_path(exp_dir), cfg_to_dict(cfg))
+    init_logging(cfg.log_level, log_path(exp_dir), "driver")
+    set_process_title(process_title(cfg, "driver"))
+    try:
+        env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps)
+    except UnknownEnvError as exc:
+        log.error("%s", exc)
+        raise SystemExit(2) from None
+    spaces = (env.observation_space, env.action_space)
+    env.close()
+    return exp_dir, spaces, derive(cfg)
+
+
+def _write_json_atomic(path: Any, data: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def run(cfg: Cfg) -> int:
+    """Train until a stop criterion; returns the process exit status."""
+    exp_dir, spaces, derived = prepare(cfg)
+    torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg)
+    log.info("experiment %s: env %s, %d workers x %d envs, device %s", cfg.experiment, cfg.env, cfg.num_workers,
+             cfg.num_envs_per_worker, device)
+    buffers = allocate_trajectories(cfg, derived, *spaces)
+    if cfg.serial_mode:
+        from appo.serial import run_serial
+
+        return run_serial(cfg, derived, exp_dir, spaces, buffers, device, Driver(cfg, exp_dir))
+    ctx = spawn_context()
+    template = make_model(cfg, *spaces)
+    params = [ParamStore(template, ctx) for _ in range(cfg.num_policies)]
+    queues = wire(cfg.num_workers, cfg.num_policies)
+    driver = Driver(cfg, exp_dir)
+    groups = spawn_all(ctx, cfg, derived, exp_dir, spaces, buffers, params, device, queues)
+    return supervise(cfg, driver, queues, groups)
+
+
+def spawn_all(ctx: Any, cfg: Cfg, derived: Any, exp_dir: Any, spaces: Any, buffers: Any, params: list,
+              device: str, queues: Queues) -> dict[str, list[Any]]:
+    """Start learners first (they publish weights), then policy workers, then actor workers."""
+    from appo.learning.learner import run_learner
+    from appo.sampling.actor_worker import run_actor_worker
+    from appo.sampling.policy_worker import run_policy_worker
+
+    learners = [
+        start_process(ctx, run_learner, (cfg, derived, p, buffers, params[p], spaces, checkpoint_dir(exp_dir, p),
+                                         device, queues), f"learner_{p}")
+        for p in range(cfg.num_policies)
+    ]
+    policy_workers = [
+        start_process(ctx, run_policy_worker, (cfg, derived, p, i, buffers, params[p], spaces, device, queues),
+                      f"policy_worker_{p}_{i}")
+        for p in range(cfg.num_policies)
+        for i in range(cfg.policy_workers_per_policy)
+    ]
+    actors = [
+        start_process(ctx, run_actor_worker, (cfg, derived, w, buffers, queues), f"actor_worker_{w}")
+        for w in range(cfg.num_workers)
+    ]
+    return {"actors": actors, "policy_workers": policy_workers, "learners": learners}
+
+
+def supervise(cfg: Cfg, driver: Driver, queues: Queues, groups: dict[str, list[Any]]) -> int:
+    """The driver's loop: reports in, status out, until a stop criterion, a signal or a failure."""
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    reason = None
+    try:
+        while reason is None:
+            try:
+                msgs = queues.driver_queue.get_many(timeout=0.1)
+            except Exception:  # queue.Empty on timeout
+                msgs = []
+            driver.on_messages(msgs)
+            send(driver.tick(), queues)
+            dead = [p.name for g in groups.values() for p in g if p.exitcode is not None]
+            if dead and not driver.errors:
+                driver.errors.append(f"process exited unexpectedly: {', '.join(dead)}")
+            reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
+        log.info("stopping: %s", reason)
+    finally:
+        shutdown(queues, groups, driver)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    for error in driver.errors:
+        log.error("%s", error)
+    if driver.errors:
+        return 1
+    return 143 if received and received[0] == signal.SIGTERM else 0
+
+
+def shutdown(queues: Queues, groups: dict[str, list[Any]], driver: Driver) -> None:
+    """Stop actors, then policy workers, then learners (which save a final checkpoint)."""
+    stop = Stop("driver")
+    for name, targets in (("actors", queues.actor_inboxes), ("policy_workers", queues.policy_queues),
+                          ("learners", queues.learner_queues)):
+        for target in targets:
+            for _ in range(len(groups[name]) if name == "policy_workers" else 1):
+                _put_quietly(target, stop)
+        forced = stop_processes(groups[name], timeout=30.0 if name == "learners" else 10.0)
+        if forced:
+            log.warning("had to terminate: %s", ", ".join(forced))
+        try:
+            driver.on_messages(queues.driver_queue.get_many(block=False))
+        except Exception:  # queue.Empty
+            pass
+    driver.close()
+    close_all(queues)
+
+
+def _put_quietly(queue: Any, msg: Any) -> None:
+    try:
+        queue.put(msg, timeout=1.0)
+    except Exception as exc:  # a full or broken queue must not stop the shutdown of the rest
+        log.warning("could not deliver %r: %s", msg, exc)

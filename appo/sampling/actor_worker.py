@@ -1,0 +1,115 @@
+"""Actor worker: a process that owns `num_envs_per_worker` envs in `worker_num_splits` EnvRunners.
+
+`ActorWorker` is the component (plain object, driven by the process loop below or by --serial_mode);
+`run_actor_worker` is the thin process shell: start up, loop over the inbox, shut down.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from functools import partial
+from typing import Any
+
+import torch
+
+from appo.buffers import numpy_views
+from appo.cfg import Cfg, Derived
+from appo.messages import ActionsReady, EpisodeReport, SlotsReleased, Stop
+from appo.processes import component_main
+from appo.sampling.env_runner import EnvRunner
+from appo.wiring import Queues, send
+from envs import make_env
+from utils.timing import Timing
+
+EPISODE_REPORT_SECONDS = 1.0
+
+
+class ActorWorker:
+    def __init__(self, cfg: Cfg, derived: Derived, worker_idx: int, buffers: dict[str, torch.Tensor]) -> None:
+        self.cfg, self.worker_idx = cfg, worker_idx
+        env_fn = partial(make_env, cfg.env, max_episode_steps=cfg.max_episode_steps)
+        views = numpy_views(buffers)
+        self.runners = [
+            EnvRunner(cfg, derived, worker_idx, split, views, env_fn) for split in range(cfg.worker_num_splits)
+        ]
+        self.timing = Timing()
+        self.last_report = time.monotonic()
+
+    def init(self) -> list[Any]:
+        msgs: list[Any] = []
+        for runner in self.runners:
+            seed = self.cfg.seed * 100_003 + (self.worker_idx * self.cfg.worker_num_splits + runner.split_idx) * 1009
+            msgs += runner.init(seed)
+        if self.cfg.decorrelate_experience_max_seconds > 0:
+            seconds = random.Random(self.cfg.seed + self.worker_idx).uniform(
+                0, self.cfg.decorrelate_experience_max_seconds
+            )
+            for runner in self.runners:
+                runner.decorrelate(seconds / len(self.runners))
+        return msgs
+
+    def handle(self, msg: Any) -> list[Any]:
+        if type(msg) is ActionsReady:
+            with self.timing.add_time("env_step"):
+                return self.runners[msg.split_idx].on_actions()
+        if type(msg) is SlotsReleased:
+            return self.runners[msg.split_idx].on_slots_released(msg.group_idx)
+        raise TypeError(f"actor worker {self.worker_idx}: unexpected message {msg!r}")
+
+    def reports(self, force: bool = False) -> list[Any]:
+        """Finished episodes since the last report, at most once a second (fewer, larger messages)."""
+        now = time.monotonic()
+        if not force and now - self.last_report < EPISODE_REPORT_SECONDS:
+            return []
+        self.last_report = now
+        by_policy: dict[int, list[tuple[float, int]]] = {}
+        for runner in self.runners:
+            by_policy.setdefault(runner.policy_id, []).extend(runner.pop_finished())
+        return [
+            EpisodeReport(pid, self.worker_idx, [r for r, _ in eps], [n for _, n in eps])
+            for pid, eps in by_policy.items()
+            if eps
+        ]
+
+    def close(self) -> None:
+        for runner in self.runners:
+            runner.close()
+
+
+def actor_worker_loop(worker: ActorWorker, queues: Queues) -> None:
+    inbox = queues.actor_inboxes[worker.worker_idx]
+    send(worker.init(), queues)
+    while True:
+        with worker.timing.add_time("wait"):
+            try:
+                msgs = inbox.get_many(timeout=0.5)
+            except Exception:  # faster_fifo raises queue.Empty on timeout
+                msgs = []
+        out: list[Any] = []
+        for msg in msgs:
+            if type(msg) is Stop:
+                send(worker.reports(force=True), queues)
+                return
+            out += worker.handle(msg)
+        out += worker.reports()
+        send(out, queues)
+
+
+def run_actor_worker(
+    cfg: Cfg, derived: Derived, worker_idx: int, buffers: dict[str, torch.Tensor], queues: Queues
+) -> None:
+    """Process entry point of actor worker `worker_idx`."""
+
+    def body() -> None:
+        worker = ActorWorker(cfg, derived, worker_idx, buffers)
+        try:
+            actor_worker_loop(worker, queues)
+        finally:
+            worker.close()
+            from utils.logging import log
+
+            log.info("actor worker %d profile: %s", worker_idx, worker.timing.profile())
+
+    cpu = worker_idx if cfg.set_workers_cpu_affinity else None
+    component_main(cfg, f"actor_worker_{worker_idx}", queues, body, cpu=cpu)

@@ -1,0 +1,75 @@
+"""--serial_mode: the same ActorWorker, PolicyWorker and Learner objects as the multi-process run, driven
+round-robin in the driver process over in-process queues. Deterministic for a given seed, and every
+component can be stepped through in a debugger."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from appo.cfg import Cfg, Derived
+from appo.learning.learner import Learner
+from appo.learning.param_sync import ParamStore
+from appo.messages import Stop
+from appo.model import make_model
+from appo.processes import limit_threads
+from appo.sampling.actor_worker import ActorWorker
+from appo.sampling.policy_worker import PolicyWorker
+from appo.wiring import send, wire
+from utils.logging import log
+from utils.paths import checkpoint_dir
+
+
+def run_serial(cfg: Cfg, derived: Derived, exp_dir: Any, spaces: Any, buffers: Any, device: str, driver: Any) -> int:
+    _limits = limit_threads(1)
+    queues = wire(cfg.num_workers, cfg.num_policies, local=True)
+    params = [ParamStore(make_model(cfg, *spaces)) for _ in range(cfg.num_policies)]
+    learners = [
+        Learner(cfg, derived, p, buffers, params[p], spaces, checkpoint_dir(exp_dir, p), device)
+        for p in range(cfg.num_policies)
+    ]
+    for learner in learners:
+        learner.init()
+    policy_workers = [PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device) for p in range(cfg.num_policies)]
+    actors = [ActorWorker(cfg, derived, w, buffers) for w in range(cfg.num_workers)]
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _f: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for actor in actors:
+            send(actor.init(), queues)
+        reason = None
+        while reason is None:
+            step_all(actors, policy_workers, learners, queues, driver)
+            reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
+        log.info("stopping: %s", reason)
+        for learner in learners:
+            learner.save()
+    finally:
+        for actor in actors:
+            actor.close()
+        driver.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 1 if driver.errors else (143 if received and received[0] == signal.SIGTERM else 0)
+
+
+def step_all(actors: list, policy_workers: list, learners: list, queues: Any, driver: Any) -> None:
+    """One round: inference for every pending request, env steps for every reply, training when a batch
+    is complete, then the driver's bookkeeping."""
+    for worker in policy_workers:
+        send(worker.infer(queues.policy_queues[worker.policy_id].get_many()), queues)
+    for actor in actors:
+        out: list[Any] = []
+        for msg in queues.actor_inboxes[actor.worker_idx].get_many():
+            out += actor.handle(msg)
+        send(out + actor.reports(), queues)
+    for learner in learners:
+        for msg in queues.learner_queues[learner.policy_id].get_many():
+            if type(msg) is not Stop:
+                learner.handle(msg)
+        while (batch := learner.next_batch()) is not None:
+            report = learner.train(batch)
+            learner.maybe_save()
+            send([report, *batch.releases], queues)
+    driver.on_messages(queues.driver_queue.get_many())
+    send(driver.tick(), queues)

@@ -1,0 +1,111 @@
+"""What the driver makes of reports: FPS over sliding windows, episode returns, learner statistics and
+policy lag per policy; the console status line; one tensorboard writer per policy (x-axis: env steps)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from appo.messages import EpisodeReport, TrainReport
+
+FPS_WINDOWS = (10, 60, 300)  # seconds
+RETURN_WINDOW = 100  # episodes averaged for the return statistics
+
+
+class PolicyStats:
+    def __init__(self) -> None:
+        self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
+        self.env_steps = 0
+        self.version = 0
+        self.train: dict[str, float] = {}
+        self.episodes = 0
+
+    def return_mean(self) -> float:
+        return sum(self.returns) / len(self.returns) if self.returns else math.nan
+
+    def length_mean(self) -> float:
+        return sum(self.lengths) / len(self.lengths) if self.lengths else math.nan
+
+
+class Stats:
+    def __init__(self, num_policies: int) -> None:
+        self.policies = [PolicyStats() for _ in range(num_policies)]
+        self.history: deque[tuple[float, int]] = deque()  # (time, total env steps)
+        self.session_start_steps: int | None = None
+
+    def on_report(self, msg: Any) -> None:
+        if type(msg) is EpisodeReport:
+            p = self.policies[msg.policy_id]
+            p.returns.extend(msg.returns)
+            p.lengths.extend(msg.lengths)
+            p.episodes += len(msg.returns)
+        elif type(msg) is TrainReport:
+            p = self.policies[msg.policy_id]
+            p.env_steps, p.version = msg.env_steps, msg.version
+            p.train.update(msg.stats)
+
+    @property
+    def env_steps(self) -> int:
+        return sum(p.env_steps for p in self.policies)
+
+    def sample(self, now: float | None = None) -> None:
+        """Record (time, env steps) for the FPS windows."""
+        now = time.monotonic() if now is None else now
+        self.history.append((now, self.env_steps))
+        while self.history and now - self.history[0][0] > max(FPS_WINDOWS) + 1:
+            self.history.popleft()
+
+    def fps(self, window: float) -> float:
+        if len(self.history) < 2:
+            return math.nan
+        now, steps = self.history[-1]
+        for then, old_steps in self.history:
+            if now - then <= window:
+                return (steps - old_steps) / max(now - then, 1e-9) if now > then else math.nan
+        return math.nan
+
+    def status_line(self, elapsed: float) -> str:
+        fps = "/".join("nan" if math.isnan(f) else f"{f:.0f}" for f in (self.fps(w) for w in FPS_WINDOWS))
+        parts = [f"steps {self.env_steps}", f"FPS (10s/1m/5m) {fps}", f"{elapsed:.0f}s"]
+        for pid, p in enumerate(self.policies):
+            lag = p.train
+            parts.append(
+                f"p{pid}: return {p.return_mean():.1f} v{p.version} lag "
+                f"{lag.get('policy_lag_min', math.nan):.0f}/{lag.get('policy_lag_avg', math.nan):.1f}/"
+                f"{lag.get('policy_lag_max', math.nan):.0f}"
+            )
+        return " | ".join(parts)
+
+
+class SummaryWriters:
+    """One tensorboard run per policy under summaries/<policy_id>/."""
+
+    def __init__(self, summaries_root: Path, num_policies: int) -> None:
+        from tensorboardX import SummaryWriter
+
+        self.writers = [SummaryWriter(str(summaries_root / str(pid)), flush_secs=10) for pid in range(num_policies)]
+
+    def write(self, stats: Stats) -> None:
+        fps = stats.fps(FPS_WINDOWS[0])
+        for pid, (writer, p) in enumerate(zip(self.writers, stats.policies, strict=True)):
+            step = p.env_steps
+            if p.returns:
+                writer.add_scalar("episode/return_mean", p.return_mean(), step)
+                writer.add_scalar("episode/length_mean", p.length_mean(), step)
+                writer.add_scalar("episode/count", p.episodes, step)
+            if not math.isnan(fps):
+                writer.add_scalar("perf/fps", fps, step)
+            for key, value in p.train.items():
+                group = "perf" if key.startswith("policy_lag") or key == "dropped_trajectories" else "train"
+                writer.add_scalar(f"{group}/{key}", value, step)
+            writer.add_scalar("train/version", p.version, step)
+            del pid
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.flush()
+            writer.close()

@@ -1,0 +1,112 @@
+"""Every queue of a run, who writes to it and who reads from it: the one place that connects components.
+
+    queue                     readers                         writers
+    actor_inboxes[w]          actor worker w                  policy workers (ActionsReady), learners
+                                                              (SlotsReleased), driver (Stop)
+    policy_queues[p]          policy workers of policy p      actor workers (InferenceRequest), driver (Stop)
+    learner_queues[p]         learner of policy p             actor workers (TrajectoryReady), driver
+                                                              (ReturnSummary, Stop)
+    driver_queue              driver                          everyone (reports, errors)
+
+`route` maps each message type to its queue, so components return messages and never hold queues.
+In --serial_mode the same wiring is built from LocalQueue, an in-process stand-in with the same calls.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, NamedTuple
+
+from appo.messages import (
+    ActionsReady,
+    EpisodeReport,
+    ErrorReport,
+    InferenceRequest,
+    ReturnSummary,
+    SlotsReleased,
+    TrainReport,
+    TrajectoryReady,
+)
+
+QUEUE_BYTES = 4 * 1024 * 1024
+
+
+class LocalQueue:
+    """The subset of faster_fifo.Queue that components use, for one process."""
+
+    def __init__(self) -> None:
+        self.items: deque[Any] = deque()
+
+    def put(self, item: Any, block: bool = True, timeout: float = 0.0) -> None:
+        self.items.append(item)
+
+    def put_many(self, items: list[Any], block: bool = True, timeout: float = 0.0) -> None:
+        self.items.extend(items)
+
+    def get_many(self, block: bool = True, timeout: float = 0.0, max_messages_to_get: int = 1 << 30) -> list[Any]:
+        out = []
+        while self.items and len(out) < max_messages_to_get:
+            out.append(self.items.popleft())
+        return out
+
+    def close(self) -> None:
+        self.items.clear()
+
+
+class Queues(NamedTuple):
+    actor_inboxes: list[Any]
+    policy_queues: list[Any]
+    learner_queues: list[Any]
+    driver_queue: Any
+
+
+def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
+    """Create every queue of a run (faster-fifo across processes, LocalQueue in serial mode)."""
+    if local:
+        make = LocalQueue
+    else:
+        import faster_fifo
+
+        def make() -> Any:
+            return faster_fifo.Queue(max_size_bytes=QUEUE_BYTES)
+
+    return Queues(
+        actor_inboxes=[make() for _ in range(num_workers)],
+        policy_queues=[make() for _ in range(num_policies)],
+        learner_queues=[make() for _ in range(num_policies)],
+        driver_queue=make(),
+    )
+
+
+def route(msg: Any, queues: Queues) -> Any:
+    """The queue a message travels on."""
+    kind = type(msg)
+    if kind is InferenceRequest:
+        return queues.policy_queues[msg.policy_id]
+    if kind is ActionsReady or kind is SlotsReleased:
+        return queues.actor_inboxes[msg.worker_idx]
+    if kind is TrajectoryReady or kind is ReturnSummary:
+        return queues.learner_queues[msg.policy_id]
+    if kind in (EpisodeReport, TrainReport, ErrorReport):
+        return queues.driver_queue
+    raise TypeError(f"no route for message {msg!r}")
+
+
+def send(msgs: list[Any], queues: Queues) -> None:
+    """Deliver messages, one put_many per destination queue."""
+    if not msgs:
+        return
+    if len(msgs) == 1:
+        route(msgs[0], queues).put(msgs[0])
+        return
+    by_queue: dict[int, tuple[Any, list[Any]]] = {}
+    for msg in msgs:
+        queue = route(msg, queues)
+        by_queue.setdefault(id(queue), (queue, []))[1].append(msg)
+    for queue, batch in by_queue.values():
+        queue.put_many(batch)
+
+
+def close_all(queues: Queues) -> None:
+    for queue in [*queues.actor_inboxes, *queues.policy_queues, *queues.learner_queues, queues.driver_queue]:
+        queue.close()

@@ -1,0 +1,24 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="appo",
+    version="0.1.0",
+    description="Asynchronous PPO over shared memory for continuous control and meta-RL",
+    packages=find_packages(include=["appo", "appo.*", "envs", "envs.*", "utils", "utils.*"]),
+    py_modules=["train_appo", "enjoy"],
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.1",
+        "faster-fifo>=1.4.5",
+        "numpy>=1.24",
+        "gymnasium[mujoco]>=1.0",
+        "mujoco>=3.1",
+        "tensorboardX>=2.6",
+        "threadpoolctl>=3.1",
+        "psutil>=5.9",
+        "setproctitle>=1.3",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "tensorboard>=2.12", "ruff>=0.5"],
+    },
+)

@@ -1,0 +1,1 @@
+"""Small helpers shared by the driver and the workers: logging, timing, run-folder paths."""
