@@ -188,7 +188,8 @@ def parse_cfg(argv: list[str] | None = None, prog: str = "train_appo.py", cls: t
         try:
             saved = json.loads(saved_path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise SystemExit(f"error: {saved_path}: unreadable saved config ({exc}); remove it or pick --experiment")
+            msg = f"error: {saved_path}: unreadable saved config ({exc}); remove it or pick another --experiment"
+            raise SystemExit(msg) from None
     return merge_cfg(explicit, saved, cls)
 
 
@@ -199,8 +200,9 @@ class Derived:
     num_envs_total: int
     envs_per_split: int
     num_splits_total: int
-    samples_per_iteration: int
+    samples_per_iteration: int  # env steps one training iteration consumes
     trajectories_per_iteration: int
+    minibatches_per_epoch: int
     slot_groups_per_split: int
     num_slots: int
     recurrence: int
@@ -211,20 +213,25 @@ def derive(cfg: Cfg) -> Derived:
     num_splits_total = cfg.num_workers * cfg.worker_num_splits
     num_envs_total = cfg.num_workers * cfg.num_envs_per_worker
     samples = cfg.batch_size * cfg.num_batches_per_epoch
-    trajectories = max(samples // max(cfg.rollout, 1), 1)
-    steps_per_round = max(num_envs_total * cfg.rollout, 1)
+    minibatches = cfg.num_batches_per_epoch
+    steps_per_round = max(num_envs_total * cfg.rollout, 1)  # one rollout of every env
     if cfg.async_rl:
         # One group being filled, plus room for `num_minibatches_to_accumulate` iterations waiting.
         groups = 1 + math.ceil(cfg.num_minibatches_to_accumulate * samples / steps_per_round)
     else:
-        # Exactly one iteration's worth: every env fills its share, then waits for the new weights.
-        groups = max(samples // steps_per_round, 1)
+        # Synchronous PPO: every env fills `groups` rollouts with the same weights, then waits for the
+        # new ones. An iteration is rounded up to whole rounds so that no sample is ever stale; the
+        # minibatch keeps its size and the number of minibatches grows with it.
+        groups = max(math.ceil(samples / steps_per_round), 1)
+        samples = groups * steps_per_round
+        minibatches = max(round(samples / cfg.batch_size), 1)
     return Derived(
         num_envs_total=num_envs_total,
         envs_per_split=envs_per_split,
         num_splits_total=num_splits_total,
         samples_per_iteration=samples,
-        trajectories_per_iteration=trajectories,
+        trajectories_per_iteration=max(samples // max(cfg.rollout, 1), 1),
+        minibatches_per_epoch=minibatches,
         slot_groups_per_split=groups,
         num_slots=num_splits_total * groups * envs_per_split,
         recurrence=cfg.rollout if cfg.recurrence == -1 else cfg.recurrence,
@@ -253,12 +260,6 @@ def verify(cfg: Cfg) -> list[str]:
         )
     if cfg.batch_size % cfg.rollout:
         errors.append(f"--batch_size={cfg.batch_size}: must be a multiple of --rollout={cfg.rollout}")
-    steps_per_round = d.num_envs_total * cfg.rollout
-    if not cfg.async_rl and d.samples_per_iteration % steps_per_round:
-        errors.append(
-            f"--async_rl=False: batch_size*num_batches_per_epoch={d.samples_per_iteration} must be a multiple of "
-            f"num_workers*num_envs_per_worker*rollout={steps_per_round} so every sample has zero policy lag"
-        )
     choices = {"nonlinearity": ("tanh", "relu", "elu"), "rnn_type": ("gru", "lstm")}
     choices |= {"lr_schedule": ("constant", "linear_decay"), "log_level": ("debug", "info", "warning", "error")}
     for name, valid in choices.items():

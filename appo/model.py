@@ -121,9 +121,7 @@ class ActorCritic(nn.Module):
             h = h * (1.0 - dones[:, t]).unsqueeze(-1)
         return torch.stack(outputs, dim=1)
 
-    def evaluate(
-        self, obs: Tensor, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int
-    ) -> EvalOutput:
+    def evaluate(self, obs: Tensor, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
         """Log-probs, entropies and values of T steps of N trajectories under the current weights."""
         N, T = obs.shape[:2]
         x = self.features(obs, rnn_states, dones, recurrence).reshape(N * T, -1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -53,9 +54,7 @@ class Driver:
             return []
         self.last_report = now
         self.report()
-        return [
-            ReturnSummary(pid, p.return_mean()) for pid, p in enumerate(self.stats.policies) if len(p.returns) > 0
-        ]
+        return [ReturnSummary(pid, p.return_mean()) for pid, p in enumerate(self.stats.policies) if len(p.returns) > 0]
 
     def report(self) -> None:
         log.info(self.stats.status_line(time.monotonic() - self.start))
@@ -78,18 +77,18 @@ class Driver:
 def prepare(cfg: Cfg) -> tuple[Any, Any, Any]:
     """Everything before any process exists: verify, folders, cfg.json, logging, spaces."""
     verify_or_exit(cfg)
+    try:
+        env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps)
+    except UnknownEnvError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    spaces = (env.observation_space, env.action_space)
+    env.close()
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
     _write_json_atomic(cfg_path(exp_dir), cfg_to_dict(cfg))
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "driver"))
-    try:
-        env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps)
-    except UnknownEnvError as exc:
-        log.error("%s", exc)
-        raise SystemExit(2) from None
-    spaces = (env.observation_space, env.action_space)
-    env.close()
     return exp_dir, spaces, derive(cfg)
 
 
@@ -104,8 +103,14 @@ def run(cfg: Cfg) -> int:
     exp_dir, spaces, derived = prepare(cfg)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg)
-    log.info("experiment %s: env %s, %d workers x %d envs, device %s", cfg.experiment, cfg.env, cfg.num_workers,
-             cfg.num_envs_per_worker, device)
+    log.info(
+        "experiment %s: env %s, %d workers x %d envs, device %s",
+        cfg.experiment,
+        cfg.env,
+        cfg.num_workers,
+        cfg.num_envs_per_worker,
+        device,
+    )
     buffers = allocate_trajectories(cfg, derived, *spaces)
     if cfg.serial_mode:
         from appo.serial import run_serial
@@ -120,21 +125,30 @@ def run(cfg: Cfg) -> int:
     return supervise(cfg, driver, queues, groups)
 
 
-def spawn_all(ctx: Any, cfg: Cfg, derived: Any, exp_dir: Any, spaces: Any, buffers: Any, params: list,
-              device: str, queues: Queues) -> dict[str, list[Any]]:
+def spawn_all(
+    ctx: Any, cfg: Cfg, derived: Any, exp_dir: Any, spaces: Any, buffers: Any, params: list, device: str, queues: Queues
+) -> dict[str, list[Any]]:
     """Start learners first (they publish weights), then policy workers, then actor workers."""
     from appo.learning.learner import run_learner
     from appo.sampling.actor_worker import run_actor_worker
     from appo.sampling.policy_worker import run_policy_worker
 
     learners = [
-        start_process(ctx, run_learner, (cfg, derived, p, buffers, params[p], spaces, checkpoint_dir(exp_dir, p),
-                                         device, queues), f"learner_{p}")
+        start_process(
+            ctx,
+            run_learner,
+            (cfg, derived, p, buffers, params[p], spaces, checkpoint_dir(exp_dir, p), device, queues),
+            f"learner_{p}",
+        )
         for p in range(cfg.num_policies)
     ]
     policy_workers = [
-        start_process(ctx, run_policy_worker, (cfg, derived, p, i, buffers, params[p], spaces, device, queues),
-                      f"policy_worker_{p}_{i}")
+        start_process(
+            ctx,
+            run_policy_worker,
+            (cfg, derived, p, i, buffers, params[p], spaces, device, queues),
+            f"policy_worker_{p}_{i}",
+        )
         for p in range(cfg.num_policies)
         for i in range(cfg.policy_workers_per_policy)
     ]
@@ -181,8 +195,11 @@ def supervise(cfg: Cfg, driver: Driver, queues: Queues, groups: dict[str, list[A
 def shutdown(queues: Queues, groups: dict[str, list[Any]], driver: Driver) -> None:
     """Stop actors, then policy workers, then learners (which save a final checkpoint)."""
     stop = Stop("driver")
-    for name, targets in (("actors", queues.actor_inboxes), ("policy_workers", queues.policy_queues),
-                          ("learners", queues.learner_queues)):
+    for name, targets in (
+        ("actors", queues.actor_inboxes),
+        ("policy_workers", queues.policy_queues),
+        ("learners", queues.learner_queues),
+    ):
         for target in targets:
             for _ in range(len(groups[name]) if name == "policy_workers" else 1):
                 _put_quietly(target, stop)

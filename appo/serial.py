@@ -30,10 +30,14 @@ def run_serial(cfg: Cfg, derived: Derived, exp_dir: Any, spaces: Any, buffers: A
     ]
     for learner in learners:
         learner.init()
-    policy_workers = [PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device) for p in range(cfg.num_policies)]
+    policy_workers = [
+        PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device) for p in range(cfg.num_policies)
+    ]
     actors = [ActorWorker(cfg, derived, w, buffers) for w in range(cfg.num_workers)]
     received: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, _f: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        s: signal.signal(s, lambda signum, _f: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         for actor in actors:
             send(actor.init(), queues)

@@ -69,8 +69,13 @@ class Learner:
             self.optimizer.load_state_dict(state["optimizer"])
             self.version, self.env_steps = int(state["version"]), int(state["env_steps"])
             self.best_return = float(state.get("best_return", -math.inf))
-            log.info("learner %d resumed from %s (version %d, %d env steps)", self.policy_id, path, self.version,
-                     self.env_steps)
+            log.info(
+                "learner %d resumed from %s (version %d, %d env steps)",
+                self.policy_id,
+                path,
+                self.version,
+                self.env_steps,
+            )
         self.params.publish(self.model, self.version)
 
     def state(self) -> dict[str, Any]:
@@ -159,7 +164,12 @@ class Learner:
         tm = lambda x: x.transpose(0, 1)  # noqa: E731 - [N, T] -> time-major [T, N]
         if log_rhos is not None:
             vs, adv = vtrace(
-                tm(log_rhos), tm(discounts), tm(rewards), tm(values[:, :-1]), values[:, -1], cfg.vtrace_rho,
+                tm(log_rhos),
+                tm(discounts),
+                tm(rewards),
+                tm(values[:, :-1]),
+                values[:, -1],
+                cfg.vtrace_rho,
                 cfg.vtrace_c,
             )
             return tm(adv), tm(vs)
@@ -170,8 +180,9 @@ class Learner:
         """Normalised values [n, T + 1] of trajectories `idx` under the current weights, no grad."""
         with torch.no_grad():
             T = b["rewards"].shape[1]
-            feats = self.model.features(b["obs"][idx, :T], b["rnn_states"][idx, :T], b["dones"][idx],
-                                        self.derived.recurrence)
+            feats = self.model.features(
+                b["obs"][idx, :T], b["rnn_states"][idx, :T], b["dones"][idx], self.derived.recurrence
+            )
             values = self.model.value_head(feats).squeeze(-1)
             boot = self.model.value_of(b["obs"][idx, T], b["rnn_states"][idx, T])
         return torch.cat([values, boot.unsqueeze(1)], dim=1)
@@ -179,7 +190,7 @@ class Learner:
     def _minibatches(self, N: int, T: int) -> list[tuple[Tensor, Tensor | None]]:
         """(trajectory indices, step mask) per minibatch. Whole trajectories when targets or memory need
         them (V-trace, RNN); otherwise single steps shuffled over the whole batch."""
-        k = self.cfg.num_batches_per_epoch
+        k = self.derived.minibatches_per_epoch
         if self.cfg.with_vtrace or self.cfg.use_rnn:
             return [(idx, None) for idx in torch.randperm(N, device=self.device).chunk(k)]
         flat = torch.randperm(N * T, device=self.device).chunk(k)
@@ -222,8 +233,14 @@ class Learner:
         return stats
 
     def _loss(
-        self, log_probs: Tensor, old_log_probs: Tensor, entropy: Tensor, values: Tensor, old_values: Tensor,
-        adv: Tensor, targets: Tensor,
+        self,
+        log_probs: Tensor,
+        old_log_probs: Tensor,
+        entropy: Tensor,
+        values: Tensor,
+        old_values: Tensor,
+        adv: Tensor,
+        targets: Tensor,
     ) -> tuple[Tensor, dict[str, float]]:
         cfg = self.cfg
         if cfg.normalize_advantage and adv.numel() > 1:
@@ -243,12 +260,20 @@ class Learner:
         T = b["rewards"].shape[1]
         n, t = idx // T, idx % T
         out = self.model.evaluate(
-            b["obs"][n, t].unsqueeze(1), b["actions"][n, t].unsqueeze(1), b["rnn_states"][n, t].unsqueeze(1),
-            b["dones"][n, t].unsqueeze(1), 1,
+            b["obs"][n, t].unsqueeze(1),
+            b["actions"][n, t].unsqueeze(1),
+            b["rnn_states"][n, t].unsqueeze(1),
+            b["dones"][n, t].unsqueeze(1),
+            1,
         )
         return self._loss(
-            out.log_probs[:, 0], b["log_probs"][n, t], out.entropy[:, 0], out.values[:, 0], b["values"][n, t],
-            adv_all[n, t], ret_all[n, t],
+            out.log_probs[:, 0],
+            b["log_probs"][n, t],
+            out.entropy[:, 0],
+            out.values[:, 0],
+            b["values"][n, t],
+            adv_all[n, t],
+            ret_all[n, t],
         )
 
     def _trajectory_loss(

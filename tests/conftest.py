@@ -1,0 +1,105 @@
+"""Shared fixtures: a temporary train_dir, a helper that runs train_appo.py as a real subprocess, and an
+autouse check that no test leaves child processes or shared-memory files behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _shm_entries() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+def _live_children() -> list[psutil.Process]:
+    """Children of this test runner, less Python's own resource tracker (it lives as long as pytest)."""
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
+                out.append(child)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    """After each test: no child processes of this test runner, no new /dev/shm entries."""
+    before = _shm_entries()
+    yield
+    deadline = time.monotonic() + 10
+    children = _live_children()
+    while children and time.monotonic() < deadline:
+        time.sleep(0.1)
+        children = _live_children()
+    leftover = [f"{c.pid} {c.name()}" for c in children]
+    for child in children:
+        child.kill()
+    assert not leftover, f"test left child processes behind: {leftover}"
+    leaked = _shm_entries() - before
+    assert not leaked, f"test left shared memory behind: {sorted(leaked)}"
+
+
+@pytest.fixture
+def train_dir(tmp_path: Path) -> Path:
+    return tmp_path / "train_dir"
+
+
+def _kill_group(pgid: int) -> list[str]:
+    """Whatever still runs in process group `pgid` 5 s after its leader ended (orphans); kills them."""
+    deadline = time.monotonic() + 5
+    while True:
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if p.pid != os.getpid() and os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                    found.append(p)
+            except (psutil.Error, ProcessLookupError):
+                continue
+        if not found or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    names = []
+    for p in found:
+        try:
+            names.append(f"{p.pid} {' '.join(p.cmdline())[:80]}")
+            p.kill()
+        except psutil.Error:
+            continue
+    return names
+
+
+def run_script(script: str, args: list[str], timeout: float = 150, check: bool = False) -> subprocess.CompletedProcess:
+    """Run one of the project's entry points as users do; kills the whole process group on timeout."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / script), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        raise AssertionError(f"{script} {' '.join(args)} timed out; output:\n{out[-4000:]}") from None
+    orphans = _kill_group(proc.pid)
+    assert not orphans, f"{script} left processes behind: {orphans}\n{out[-4000:]}"
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+    if check:
+        assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{out[-4000:]}"
+    return result

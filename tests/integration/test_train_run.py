@@ -1,0 +1,154 @@
+"""End-to-end runs of train_appo.py as real processes with tiny budgets: the files a run leaves, resume,
+process names, serial mode, Ctrl-C, and bad input. Summaries are read back with tensorboard's reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from appo.checkpoint import list_checkpoints
+from tests.conftest import ROOT, _kill_group, run_script
+
+FAST = ["--env=CartPole-v1", "--rollout=16", "--batch_size=256", "--num_envs_per_worker=4", "--report_interval=1"]
+TAGS = [
+    "episode/return_mean",
+    "episode/length_mean",
+    "perf/fps",
+    "perf/policy_lag_avg",
+    "perf/policy_lag_max",
+    "train/policy_loss",
+    "train/value_loss",
+    "train/entropy",
+    "train/kl",
+    "train/learning_rate",
+]
+
+
+def scalars(summary_dir: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(summary_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return acc
+
+
+def test_run_leaves_everything_and_resumes(train_dir):
+    args = [*FAST, f"--train_dir={train_dir}", "--experiment=cp", "--num_workers=2"]
+    first = run_script("train_appo.py", [*args, "--train_for_env_steps=20000"], check=True)
+    exp = train_dir / "cp"
+    assert json.loads((exp / "cfg.json").read_text())["rollout"] == 16
+    assert "stopping: reached 20000 env steps" in (exp / "log.txt").read_text()
+    ckpts = list_checkpoints(exp / "checkpoint_p0")
+    assert ckpts, first.stdout[-3000:]
+    state = torch.load(ckpts[-1], weights_only=True)
+    assert state["env_steps"] >= 20000 and state["version"] > 0
+    acc = scalars(exp / "summaries" / "0")
+    missing = [t for t in TAGS if t not in acc.Tags()["scalars"]]
+    assert not missing, f"missing summaries {missing}"
+    assert max(e.step for e in acc.Scalars("perf/fps")) >= 10000  # x-axis is env steps
+
+    # The same command with a larger budget continues from the checkpoint instead of starting over.
+    run_script("train_appo.py", [*args, "--train_for_env_steps=40000"], check=True)
+    log_text = (exp / "log.txt").read_text()
+    assert f"resumed from {ckpts[-1]}" in log_text
+    resumed = torch.load(list_checkpoints(exp / "checkpoint_p0")[-1], weights_only=True)
+    assert resumed["env_steps"] >= 40000 and resumed["version"] > state["version"]
+
+
+def test_serial_mode_trains_and_checkpoints(train_dir):
+    run_script(
+        "train_appo.py",
+        [*FAST, f"--train_dir={train_dir}", "--experiment=s", "--serial_mode", "--train_for_env_steps=8000"],
+        check=True,
+    )
+    state = torch.load(list_checkpoints(train_dir / "s" / "checkpoint_p0")[-1], weights_only=True)
+    assert state["env_steps"] >= 8000
+
+
+def _titles(root: psutil.Process) -> set[str]:
+    out = set()
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            out.add(" ".join(p.cmdline()))
+        except psutil.Error:
+            pass
+    return out
+
+
+def test_process_names_and_ctrl_c(train_dir):
+    """Every process names itself; SIGINT stops all of them, saves, and exits 0."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "train_appo.py",
+            *FAST,
+            f"--train_dir={train_dir}",
+            "--experiment=names",
+            "--num_workers=2",
+            "--train_for_seconds=120",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        expected = {
+            f"appo:names:{n}" for n in ("driver", "actor_worker_0", "actor_worker_1", "policy_worker_0_0", "learner_0")
+        }
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            titles = _titles(psutil.Process(proc.pid))
+            if expected <= {t.strip() for t in titles} and list((train_dir / "names" / "summaries").glob("0/*")):
+                break
+            time.sleep(0.5)
+        assert expected <= {t.strip() for t in titles}, titles
+        os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out[-3000:]
+        assert "stopping: signal 2" in out
+        assert list_checkpoints(train_dir / "names" / "checkpoint_p0")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        assert not _kill_group(proc.pid), "orphans left after SIGINT"
+
+
+def test_unknown_env_is_one_line_exit_2(train_dir):
+    result = run_script("train_appo.py", ["--env=NoSuchEnv-v9", f"--train_dir={train_dir}"])
+    assert result.returncode == 2
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert lines == [lines[0]] and lines[0].startswith("error: --env=NoSuchEnv-v9")
+    assert not train_dir.exists()
+
+
+@pytest.mark.mujoco
+def test_sixteen_workers_oversubscribed(train_dir):
+    """16 actor workers on 2 cores: slower, but correct, and a clean exit with everything written."""
+    run_script(
+        "train_appo.py",
+        [
+            "--env=HalfCheetah-v5",
+            f"--train_dir={train_dir}",
+            "--experiment=w16",
+            "--num_workers=16",
+            "--train_for_seconds=25",
+            "--report_interval=2",
+        ],
+        timeout=170,
+        check=True,
+    )
+    exp = train_dir / "w16"
+    assert list_checkpoints(exp / "checkpoint_p0")
+    acc = scalars(exp / "summaries" / "0")
+    assert acc.Scalars("perf/fps")[-1].value > 0

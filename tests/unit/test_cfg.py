@@ -1,0 +1,94 @@
+"""Config: precedence, explicit-flag detection, derived values, verify messages and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from appo.cfg import Cfg, build_parser, derive, merge_cfg, parse_cfg, verify
+from envs.presets import MUJOCO_PRESET
+from tests.conftest import ROOT
+
+
+def test_parser_reports_only_explicit_flags():
+    ns = build_parser().parse_args(
+        ["--num_workers=4", "--async_rl=False", "--use_rnn", "--encoder_mlp_layers", "8", "8"]
+    )
+    assert vars(ns) == {"num_workers": 4, "async_rl": False, "use_rnn": True, "encoder_mlp_layers": [8, 8]}
+
+
+def test_precedence_defaults_preset_saved_explicit():
+    saved = {"learning_rate": 0.5, "num_workers": 7, "batch_size": 2048, "train_for_seconds": 9.0}
+    cfg = merge_cfg({"env": "HalfCheetah-v5", "num_workers": 3}, saved)
+    assert cfg.num_workers == 3  # explicit beats saved
+    assert cfg.learning_rate == 0.5  # saved beats preset (0.00295)
+    assert cfg.num_epochs == MUJOCO_PRESET["num_epochs"]  # preset beats default (1)
+    assert cfg.gamma == Cfg.gamma  # default where nobody says otherwise
+    assert cfg.train_for_seconds == Cfg.train_for_seconds  # session flags are not resumed
+
+
+def test_resume_reads_saved_cfg(tmp_path):
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "cfg.json").write_text(json.dumps({"env": "CartPole-v1", "rollout": 16, "batch_size": 256}))
+    cfg = parse_cfg([f"--train_dir={tmp_path}", "--experiment=exp", "--batch_size=512"])
+    assert (cfg.env, cfg.rollout, cfg.batch_size) == ("CartPole-v1", 16, 512)
+
+
+def test_derived_values_async_and_sync():
+    cfg = Cfg(
+        num_workers=2,
+        num_envs_per_worker=8,
+        worker_num_splits=2,
+        rollout=64,
+        batch_size=1024,
+        num_batches_per_epoch=4,
+        async_rl=False,
+    )
+    d = derive(cfg)
+    assert d.envs_per_split == 4 and d.num_envs_total == 16 and d.samples_per_iteration == 4096
+    assert d.slot_groups_per_split == 4  # 4096 / (16 envs * 64 steps): each env fills 4 rollouts
+    assert d.num_slots == 4 * 4 * 4
+    # 16 workers: one round (16*8 envs * 64 steps = 8192) exceeds 4096, so an iteration is one whole round
+    # of 8 minibatches of 1024: still zero lag, same minibatch size.
+    d16 = derive(
+        Cfg(num_workers=16, num_envs_per_worker=8, rollout=64, batch_size=1024, num_batches_per_epoch=4, async_rl=False)
+    )
+    assert (d16.samples_per_iteration, d16.minibatches_per_epoch, d16.slot_groups_per_split) == (8192, 8, 1)
+    d_async = derive(Cfg(num_workers=2, num_envs_per_worker=8, rollout=64, batch_size=1024))
+    assert d_async.slot_groups_per_split == 1 + 2  # one filling + 2 iterations of 1024 over 1024-step rounds
+
+
+def test_verify_names_flag_and_valid_values():
+    errors = verify(Cfg(num_envs_per_worker=5, worker_num_splits=2, nonlinearity="sigmoid", batch_size=100))
+    assert any(e.startswith("--num_envs_per_worker=5") and "--worker_num_splits=2" in e for e in errors)
+    assert any(e.startswith("--nonlinearity=sigmoid") and "tanh, relu, elu" in e for e in errors)
+    assert any(e.startswith("--batch_size=100") and "--rollout=64" in e for e in errors)
+    assert verify(Cfg()) == []
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [(["--num_workers=0"], "--num_workers=0: must be > 0"), (["--rnn_type=tcn"], "--rnn_type=tcn: must be one of")],
+)
+def test_bad_flag_exits_2_with_one_line(tmp_path, args, fragment):
+    proc = subprocess.run(
+        [sys.executable, "train_appo.py", "--env=CartPole-v1", f"--train_dir={tmp_path}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert fragment in proc.stderr
+    assert not (tmp_path / "default").exists(), "nothing may be written for a rejected cfg"
+
+
+def test_unknown_flag_exits_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "train_appo.py", "--nmu_workers=3"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and "--nmu_workers" in proc.stderr
