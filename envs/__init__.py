@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
 
-# Project envs (meta-task families) register their constructors here: name -> callable(**kwargs) -> Env.
+# Project envs (meta-task families) register their constructors here: name -> callable(**kwargs) -> Env. A
+# constructor applies its env's TimeLimit itself and takes `max_episode_steps` (> 0) to override its length.
 PROJECT_ENVS: dict[str, Callable[..., gym.Env]] = {}
 
 
@@ -32,8 +34,10 @@ def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = No
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     if name in PROJECT_ENVS:
-        env = PROJECT_ENVS[name](**kwargs)
-    elif ":" in name:
+        # Project constructors apply their own TimeLimit (their default episode length) and take the override.
+        limit = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
+        return PROJECT_ENVS[name](**limit, **kwargs)
+    if ":" in name:
         env = _from_class_path(name, kwargs)
     else:
         try:
@@ -48,3 +52,25 @@ def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = No
     if max_episode_steps > 0:
         env = gym.wrappers.TimeLimit(env, max_episode_steps=max_episode_steps)
     return env
+
+
+def _project_env(module: str, class_name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:
+    """Import `module` (MuJoCo included) only now, build `class_name(**kwargs)` and wrap it in a TimeLimit of
+    `max_episode_steps`, or of the class's `default_episode_steps` when that is 0."""
+    env_cls = getattr(importlib.import_module(module), class_name)
+    steps = max_episode_steps if max_episode_steps > 0 else env_cls.default_episode_steps
+    return gym.wrappers.TimeLimit(env_cls(**kwargs), max_episode_steps=steps)
+
+
+# Meta-task families (envs/tasks.py): name -> (module, class). Registering imports none of those modules.
+_PROJECT_ENV_CLASSES: dict[str, tuple[str, str]] = {
+    "ant_dir": ("envs.ant", "AntDirEnv"),
+    "ant_dir2d": ("envs.ant", "AntDir2DEnv"),
+    "ant_vel": ("envs.ant", "AntVelEnv"),
+    "ant_goal": ("envs.ant", "AntGoalEnv"),
+    "half_cheetah_vel": ("envs.half_cheetah", "HalfCheetahVelEnv"),
+    "half_cheetah_dir": ("envs.half_cheetah", "HalfCheetahDirEnv"),
+    "navigation2d": ("envs.navigation2d", "Navigation2DEnv"),
+}
+for _name, (_module, _class_name) in _PROJECT_ENV_CLASSES.items():
+    PROJECT_ENVS[_name] = partial(_project_env, _module, _class_name)

@@ -37,9 +37,51 @@ MUJOCO_PRESET: dict[str, Any] = {
 }
 
 
+# Project meta-task families (envs/__init__.py): the MuJoCo ones train like their base robots.
+MUJOCO_PROJECT_ENVS = ("ant_dir", "ant_dir2d", "ant_vel", "ant_goal", "half_cheetah_vel", "half_cheetah_dir")
+
+# navigation2d: 2-float observations, 100-step episodes, microseconds per step: a small, cheap setup.
+NAVIGATION2D_PRESET: dict[str, Any] = {
+    "num_envs_per_worker": 8,
+    "rollout": 32,
+    "batch_size": 1024,
+    "learning_rate": 3e-4,
+}
+
+
+# Classic control: small, fast envs that the learning tests train on.
+CLASSIC_PRESETS: dict[str, dict[str, Any]] = {
+    "CartPole": {
+        "learning_rate": 0.001,
+        "exploration_loss_coeff": 0.01,
+        "num_epochs": 2,
+        "num_batches_per_epoch": 2,
+        "batch_size": 512,
+        "rollout": 32,
+    },
+    # Pendulum never terminates and pays dense costs: a short horizon and many epochs (as rl-zoo's PPO).
+    "Pendulum": {
+        "with_vtrace": False,
+        "async_rl": False,
+        "gamma": 0.95,
+        "learning_rate": 0.001,
+        "num_epochs": 10,
+        "batch_size": 512,
+        "num_batches_per_epoch": 4,
+        "rollout": 32,
+        "exploration_loss_coeff": 0.0,
+        "ppo_clip_ratio": 0.2,
+    },
+}
+
+
 def env_preset(env_name: str) -> dict[str, Any]:
     """Defaults that suit `env_name` better than the generic ones; empty when there is no preset."""
+    if env_name in MUJOCO_PROJECT_ENVS:
+        return dict(MUJOCO_PRESET)
+    if env_name == "navigation2d":
+        return dict(NAVIGATION2D_PRESET)
     base = env_name.split("-")[0]
     if base in MUJOCO_IDS:
         return dict(MUJOCO_PRESET)
-    return {}
+    return dict(CLASSIC_PRESETS.get(base, {}))

@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 
+from appo.buffers import numpy_views
 from appo.cfg import Cfg, Derived
 from appo.learning.param_sync import ParamStore
 from appo.messages import ActionsReady, InferenceRequest, Stop
@@ -34,7 +36,8 @@ class PolicyWorker:
         spaces: tuple[gym.Space, gym.Space],
         device: str,
     ) -> None:
-        self.cfg, self.policy_id, self.buf, self.params, self.device = cfg, policy_id, buffers, params, device
+        self.cfg, self.policy_id, self.params, self.device = cfg, policy_id, params, device
+        self.np_buf = numpy_views(buffers)
         self.model = make_model(cfg, *spaces).to(device).eval()
         self.version = -1
         self.timing = Timing()
@@ -50,23 +53,29 @@ class PolicyWorker:
         if not requests:
             return []
         self.maybe_pull_weights()
-        buf = self.buf
+        buf = self.np_buf
+        # Each request covers consecutive slots at one time index: plain slices, no index tensors.
+        spans = [(slice(r.first_slot, r.first_slot + r.num_envs), r.t) for r in requests]
         with self.timing.add_time("gather"):
-            index = [(torch.arange(r.first_slot, r.first_slot + r.num_envs), r.t) for r in requests]
-            slots = torch.cat([s for s, _ in index])
-            ts = torch.cat([torch.full((len(s),), t, dtype=torch.int64) for s, t in index])
-            obs = buf["obs"][slots, ts].to(self.device, non_blocking=True)
-            rnn = buf["rnn_states"][slots, ts].to(self.device, non_blocking=True)
-        with self.timing.add_time("forward"):
-            out = self.model.act(obs, rnn)
+            obs = np.concatenate([buf["obs"][s, t] for s, t in spans]) if len(spans) > 1 else buf["obs"][spans[0]]
+            rnn = np.concatenate([buf["rnn_states"][s, t] for s, t in spans])
+        with self.timing.add_time("forward"), torch.inference_mode():
+            out = self.model.act(torch.from_numpy(obs).to(self.device), torch.from_numpy(rnn).to(self.device))
+            actions, log_probs = out.actions.cpu().numpy(), out.log_probs.cpu().numpy()
+            values = out.values.cpu().numpy()
+            rnn_out = out.rnn_states.cpu().numpy() if self.cfg.use_rnn else None
         with self.timing.add_time("scatter"):
-            buf["actions"][slots, ts] = out.actions.to("cpu", buf["actions"].dtype)
-            buf["log_probs"][slots, ts] = out.log_probs.cpu()
-            buf["values"][slots, ts] = out.values.cpu()
-            buf["policy_versions"][slots, ts] = self.version
-            if self.cfg.use_rnn:
-                buf["rnn_states"][slots, ts + 1] = out.rnn_states.cpu()
-        self.samples += len(slots)
+            start = 0
+            for s, t in spans:
+                end = start + (s.stop - s.start)
+                buf["actions"][s, t] = actions[start:end]
+                buf["log_probs"][s, t] = log_probs[start:end]
+                buf["values"][s, t] = values[start:end]
+                buf["policy_versions"][s, t] = self.version
+                if rnn_out is not None:
+                    buf["rnn_states"][s, t + 1] = rnn_out[start:end]
+                start = end
+        self.samples += start
         return [ActionsReady(r.worker_idx, r.split_idx) for r in requests]
 
 

@@ -1,0 +1,143 @@
+"""Throughput benchmark: raw env stepping vs appo's sampler alone vs full training, on the same cores.
+
+    python benchmarks/throughput.py --env=HalfCheetah-v5 --repeats=3 --seconds=40 [extra train_appo flags]
+
+- raw: one process per core, each stepping one env (built by envs.make_env, as the actor workers build
+  theirs) with random actions; aggregate steps/s.
+- sampler: train_appo.py --sampler_only (actors + policy worker; the learner only recycles slots).
+- training: train_appo.py with learning.
+Sampler and training FPS are steady state: env steps between the first summary after `--warmup` seconds
+and the last one, over the wall time between them (start-up excluded). Each figure is the median of
+`--repeats` runs, with min and max; the CPU used by processes outside this benchmark is printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _raw_worker(env_name: str, seconds: float, out: mp.Queue) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    from envs import make_env
+
+    env = make_env(env_name)
+    env.reset(seed=os.getpid())
+    for _ in range(200):  # warm-up
+        env.step(env.action_space.sample())
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        steps += 1
+        if terminated or truncated:
+            env.reset()
+    out.put(steps / (time.perf_counter() - start))
+
+
+def raw_fps(env_name: str, procs: int, seconds: float) -> float:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    workers = [ctx.Process(target=_raw_worker, args=(env_name, seconds, out)) for _ in range(procs)]
+    for w in workers:
+        w.start()
+    total = sum(out.get(timeout=seconds + 120) for _ in workers)
+    for w in workers:
+        w.join()
+    return total
+
+
+def steady_fps(summary_dir: Path, warmup: float) -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(summary_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    events = acc.Scalars("perf/fps")
+    t0 = events[0].wall_time
+    steady = [e for e in events if e.wall_time - t0 >= warmup]
+    if len(steady) < 2:
+        raise RuntimeError(f"too few summaries after warm-up in {summary_dir}")
+    return (steady[-1].step - steady[0].step) / (steady[-1].wall_time - steady[0].wall_time)
+
+
+def appo_fps(env_name: str, seconds: float, warmup: float, extra: list[str], sampler_only: bool) -> float:
+    train_dir = Path(tempfile.mkdtemp(prefix="appo_tp_"))
+    cmd = [
+        sys.executable,
+        "train_appo.py",
+        f"--env={env_name}",
+        "--experiment=tp",
+        f"--train_dir={train_dir}",
+        f"--train_for_seconds={seconds + warmup}",
+        "--report_interval=2",
+        "--save_every_sec=1e9",
+        f"--sampler_only={sampler_only}",
+        *extra,
+    ]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return steady_fps(train_dir / "tp" / "summaries" / "0", warmup)
+
+
+def foreign_cpu(sample_seconds: float = 2.0) -> float:
+    """Cores used by processes that are not this benchmark or its children."""
+    me = psutil.Process()
+    mine = {me.pid, *(c.pid for c in me.children(recursive=True))}
+    procs = [p for p in psutil.process_iter() if p.pid not in mine]
+    for p in procs:
+        try:
+            p.cpu_percent(None)
+        except psutil.Error:
+            pass
+    time.sleep(sample_seconds)
+    total = 0.0
+    for p in procs:
+        try:
+            total += p.cpu_percent(None)
+        except psutil.Error:
+            pass
+    return total / 100.0
+
+
+def summary(values: list[float]) -> str:
+    return f"{statistics.median(values):8.0f} (min {min(values):.0f}, max {max(values):.0f})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds skipped at the start of appo runs")
+    parser.add_argument("--procs", type=int, default=len(os.sched_getaffinity(0)))
+    args, extra = parser.parse_known_args()
+    extra = extra or ["--num_workers=2", "--num_envs_per_worker=8", "--worker_num_splits=2", "--async_rl=True"]
+    print(f"env={args.env} cores={args.procs} repeats={args.repeats} seconds={args.seconds} flags={' '.join(extra)}")
+    print(f"CPU used by other processes before: {foreign_cpu():.2f} cores")
+    raw, sampler, training = [], [], []
+    for i in range(args.repeats):
+        raw.append(raw_fps(args.env, args.procs, args.seconds))
+        sampler.append(appo_fps(args.env, args.seconds, args.warmup, extra, sampler_only=True))
+        training.append(appo_fps(args.env, args.seconds, args.warmup, extra, sampler_only=False))
+        print(f"run {i}: raw {raw[-1]:.0f}  sampler {sampler[-1]:.0f}  training {training[-1]:.0f}", flush=True)
+    print(f"CPU used by other processes after: {foreign_cpu():.2f} cores")
+    ratios_s = [s / r for s, r in zip(sampler, raw, strict=True)]
+    ratios_t = [t / r for t, r in zip(training, raw, strict=True)]
+    print(f"raw env steps/s ({args.procs} procs): {summary(raw)}")
+    print(f"sampler-only FPS:              {summary(sampler)}  ratio to raw {statistics.median(ratios_s):.2f}")
+    print(f"training FPS:                  {summary(training)}  ratio to raw {statistics.median(ratios_t):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
