@@ -11,14 +11,18 @@ setup(
         "torch>=2.1",
         "faster-fifo>=1.4.5",
         "numpy>=1.24",
-        "gymnasium[mujoco]>=1.0",
+        "gymnasium[mujoco,classic-control]>=1.0",
         "mujoco>=3.1",
         "tensorboardX>=2.6",
         "threadpoolctl>=3.1",
         "psutil>=5.9",
         "setproctitle>=1.3",
+        "tensorboard>=2.12",  # its event reader: appo.plot, tests, benchmarks
+        "matplotlib>=3.7",
+        "imageio>=2.31",
+        "imageio-ffmpeg>=0.4.9",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "tensorboard>=2.12", "ruff>=0.5"],
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.5"],
     },
 )
