@@ -98,7 +98,24 @@ class ModelCfg:
 
 
 @dataclass
-class Cfg(RunCfg, SamplingCfg, LearningCfg, ModelCfg):
+class MetaCfg:
+    task_schedule: str = _f("none", "none, per_episode, per_trial, fixed or curriculum (task envs only)")
+    episodes_per_trial: int = _f(2, "episodes of one task per trial; memory is carried across them")
+    task_visibility: str = _f("hidden", "hidden (meta-RL: obs + previous action, reward, done) or visible")
+    num_train_tasks: int = _f(40, "tasks in the train split (finite families use all their tasks)")
+    num_test_tasks: int = _f(10, "held-out tasks in the test split")
+    meta_test_interval: int = _f(0, "env steps between meta-tests on the held-out tasks; 0 disables")
+
+
+@dataclass
+class EvalCfg:
+    eval_interval: int = _f(0, "env steps between evaluations with deterministic actions; 0 disables")
+    eval_episodes: int = _f(5, "episodes per evaluation (plain envs; task envs run one trial per test task)")
+    save_best_metric: str = _f("train", "best checkpoint by train return or by eval return")
+
+
+@dataclass
+class Cfg(RunCfg, SamplingCfg, LearningCfg, ModelCfg, MetaCfg, EvalCfg):
     """The whole configuration of a run: every flag, flat."""
 
 
@@ -107,6 +124,8 @@ GROUPS: list[tuple[str, type]] = [
     ("sampling", SamplingCfg),
     ("learning", LearningCfg),
     ("model", ModelCfg),
+    ("meta", MetaCfg),
+    ("evaluation", EvalCfg),
 ]
 # Flags that only steer this session and are never taken from a saved cfg.json on resume.
 SESSION_FLAGS = {"train_for_seconds", "serial_mode", "log_level", "device"}
@@ -248,7 +267,8 @@ def verify(cfg: Cfg) -> list[str]:
         cfg,
         ["num_workers", "num_envs_per_worker", "worker_num_splits", "rollout", "num_policies", "batch_size"]
         + ["num_batches_per_epoch", "num_epochs", "policy_workers_per_policy", "learning_rate", "rnn_size"]
-        + ["keep_checkpoints", "report_interval", "train_for_env_steps", "train_for_seconds"],
+        + ["keep_checkpoints", "report_interval", "train_for_env_steps", "train_for_seconds"]
+        + ["episodes_per_trial", "num_test_tasks", "eval_episodes"],
     )
     if errors:
         return errors
@@ -262,6 +282,8 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(f"--batch_size={cfg.batch_size}: must be a multiple of --rollout={cfg.rollout}")
     choices = {"nonlinearity": ("tanh", "relu", "elu"), "rnn_type": ("gru", "lstm")}
     choices |= {"lr_schedule": ("constant", "linear_decay"), "log_level": ("debug", "info", "warning", "error")}
+    choices |= {"task_schedule": ("none", "per_episode", "per_trial", "fixed", "curriculum")}
+    choices |= {"task_visibility": ("hidden", "visible"), "save_best_metric": ("train", "eval")}
     for name, valid in choices.items():
         if getattr(cfg, name) not in valid:
             errors.append(f"--{name}={getattr(cfg, name)}: must be one of {', '.join(valid)}")
@@ -271,6 +293,8 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(f"--gamma={cfg.gamma}: must be in [0, 1]")
     if not 0.0 <= cfg.gae_lambda <= 1.0:
         errors.append(f"--gae_lambda={cfg.gae_lambda}: must be in [0, 1]")
+    if cfg.save_best_metric == "eval" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
+        errors.append("--save_best_metric=eval: needs --eval_interval > 0 (or --meta_test_interval for task envs)")
     if cfg.max_policy_lag < 0:
         errors.append(f"--max_policy_lag={cfg.max_policy_lag}: must be >= 0")
     if cfg.num_minibatches_to_accumulate < 1:

@@ -9,9 +9,9 @@ Rendering: a window (`render_mode=human`, needs a display), an mp4 under train_d
 The video holds the reset frame of every episode plus one frame per step, so an episode of length L gives
 L + 1 frames.
 
-Meta-task envs (envs/tasks.py): episodes are grouped into trials of `--episodes_per_trial` episodes on one
-task from the run's test split; the recurrent state is carried across the episodes of a trial and reset
-between trials, so a recurrent policy can adapt within a trial."""
+Task envs (runs with a --task_schedule): the env is built exactly as in training (envs.make_run_env), over
+the run's held-out test split; each engine episode is a trial of the run's `--episodes_per_trial`
+episodes on one task, the recurrent state carried across them, so a recurrent policy adapts within it."""
 
 from __future__ import annotations
 
@@ -28,20 +28,14 @@ import gymnasium as gym
 import numpy as np
 
 from appo.cfg import Cfg, _f, experiment_dir
-from envs import UnknownEnvError, make_env
-from envs.tasks import Task, TaskFamily, task_split
+from envs import UnknownEnvError, make_run_env
 from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, videos_dir
 
 if TYPE_CHECKING:  # torch is imported where it is used, so `enjoy.py --help` and bad-input errors stay fast
-    import torch
-
     from appo.model import ActorCritic
 
 RENDER_MODES = ("auto", "human", "rgb_array", "none")
-# Split sizes used when the run's cfg has no meta-task fields; they match docs/envs.md.
-DEFAULT_NUM_TRAIN_TASKS = 40
-DEFAULT_NUM_TEST_TASKS = 10
 
 
 @dataclass
@@ -57,7 +51,6 @@ class EnjoyCfg(Cfg):
     no_render: bool = _f(False, "no rendering at all (overrides --render_mode)")
     fps: int = _f(30, "frames per second of the saved video")
     task: str = _f("random", "meta-task envs: index into the run's test task split, or random (one per trial)")
-    episodes_per_trial: int = _f(1, "meta-task envs: episodes per trial on one task, rnn state carried across")
 
 
 class EnjoyError(Exception):
@@ -159,32 +152,26 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def to_env_action(actions: torch.Tensor, space: gym.Space) -> Any:
-    """The model's [1, A] / [1, 1] output as the env expects it; Box actions are clipped as in training."""
-    if isinstance(space, gym.spaces.Discrete):
-        return int(actions[0, 0])
-    action = actions[0].numpy().reshape(space.shape)
-    return np.clip(action, space.low, space.high)
-
-
 # --- tasks --------------------------------------------------------------------------------------------------
-def trial_tasks(cfg: EnjoyCfg, env: gym.Env, num_trials: int) -> list[Task | None]:
-    """One task per trial from the run's test split, or [None] * num_trials for an env without tasks."""
-    base = env.unwrapped
-    if not isinstance(base, TaskFamily):
+def is_meta(cfg: EnjoyCfg) -> bool:
+    return cfg.task_schedule != "none"
+
+
+def choose_tasks(cfg: EnjoyCfg, env: gym.Env) -> None:
+    """Task envs: trials on the run's held-out test tasks, all on `--task` or a seeded random one each."""
+    if not is_meta(cfg):
         if cfg.task != "random":
-            raise EnjoyError(f"--task={cfg.task}: --env={cfg.env} is not a meta-task env")
-        return [None] * num_trials
-    num_train = getattr(cfg, "num_train_tasks", DEFAULT_NUM_TRAIN_TASKS)
-    num_test = getattr(cfg, "num_test_tasks", DEFAULT_NUM_TEST_TASKS)
-    _, test = task_split(env, num_train, num_test, cfg.seed)
+            raise EnjoyError(f"--task={cfg.task}: --env={cfg.env} runs no task schedule (--task_schedule=none)")
+        return
+    from envs.schedules import SequenceSchedule, TaskSchedule
+
+    test = env.schedule.tasks
     if cfg.task == "random":
-        rng = np.random.default_rng(cfg.seed)
-        return [test[int(i)] for i in rng.integers(len(test), size=num_trials)]
-    index = int(cfg.task)
-    if index >= len(test):
-        raise EnjoyError(f"--task={index}: the test split has tasks 0..{len(test) - 1}")
-    return [test[index]] * num_trials
+        env.schedule = TaskSchedule(test, cfg.episodes_per_trial, cfg.seed)
+        return
+    if not cfg.task.isdigit() or int(cfg.task) >= len(test):
+        raise EnjoyError(f"--task={cfg.task}: must be random or an index 0..{len(test) - 1} of the test split")
+    env.schedule = SequenceSchedule([test[int(cfg.task)]], cfg.episodes_per_trial)
 
 
 # --- video --------------------------------------------------------------------------------------------------
@@ -232,112 +219,70 @@ def new_video_path(exp_dir: Path, ckpt_path: Path) -> Path:
 
 
 # --- episodes -----------------------------------------------------------------------------------------------
-@dataclass
-class Episode:
-    ret: float
-    length: int
-
-
-def run_episode(
-    env: gym.Env,
-    model: ActorCritic,
-    rnn_states: torch.Tensor,
-    deterministic: bool,
-    on_frame: Callable[[], None] | None,
-    seed: int | None = None,
-) -> tuple[Episode, torch.Tensor]:
-    """One episode from reset to termination or truncation; returns it and the recurrent state after it."""
-    import torch
-
-    obs, _ = env.reset(seed=seed)
-    if on_frame is not None:
-        on_frame()
-    ret, length, done = 0.0, 0, False
-    while not done:
-        obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32).unsqueeze(0)
-        out = model.act(obs_t, rnn_states, deterministic=deterministic)
-        rnn_states = out.rnn_states
-        obs, reward, terminated, truncated, _ = env.step(to_env_action(out.actions, env.action_space))
-        ret += float(reward)
-        length += 1
-        done = terminated or truncated
-        if on_frame is not None:
-            on_frame()
-    return Episode(ret, length), rnn_states
-
-
-def run_trials(
-    cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, tasks: list[Task | None], on_frame: Callable[[], None] | None
-) -> list[Episode]:
-    """Every trial: set its task, zero the recurrent state, run its episodes; prints each episode."""
-    import torch
-
+def run_all(cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, on_frame: Callable[[], None] | None) -> list[float]:
+    """Every episode (task envs: every trial, printed episode by episode); returns the episode returns."""
     from appo.buffers import rnn_state_size
+    from appo.evaluator import run_episode
 
-    episodes: list[Episode] = []
-    for trial, task in enumerate(tasks):
-        if task is not None:
-            env.unwrapped.set_task(task)
-            print(f"trial {trial}: task {task}", flush=True)
-        rnn_states = torch.zeros(1, rnn_state_size(cfg))
-        for _ in range(cfg.episodes_per_trial):
-            # Seed only the very first reset: later episodes continue the env's RNG stream, so they differ.
-            seed = cfg.seed if not episodes else None
-            episode, rnn_states = run_episode(env, model, rnn_states, not cfg.stochastic, on_frame, seed)
-            print(f"episode {len(episodes)}: return {episode.ret:.1f} length {episode.length}", flush=True)
-            episodes.append(episode)
-    return episodes
+    per_trial = cfg.episodes_per_trial if is_meta(cfg) else 1
+    returns: list[float] = []
+    for i in range(math.ceil(cfg.max_num_episodes / per_trial)):
+        seed = cfg.seed if i == 0 else None  # later episodes continue the env's rng stream
+        total, length, info = run_episode(env, model, rnn_state_size(cfg), not cfg.stochastic, seed, on_frame)
+        if "trial" in info:
+            trial = info["trial"]
+            print(f"trial {i}: task {trial['task']}", flush=True)
+            pairs = list(zip(trial["returns"], trial["lengths"], strict=True))
+        else:
+            pairs = [(total, length)]
+        for ret, steps in pairs:
+            print(f"episode {len(returns)}: return {ret:.1f} length {steps}", flush=True)
+            returns.append(ret)
+    return returns
 
 
-def print_summary(episodes: list[Episode], episodes_per_trial: int) -> None:
-    returns = np.array([e.ret for e in episodes])
-    print(f"mean return {returns.mean():.1f} ± {returns.std():.1f} over {len(returns)} episodes", flush=True)
-    if episodes_per_trial > 1 and len(returns) >= episodes_per_trial:
+def print_summary(returns: list[float], episodes_per_trial: int) -> None:
+    values = np.array(returns)
+    print(f"mean return {values.mean():.1f} ± {values.std():.1f} over {len(values)} episodes", flush=True)
+    if episodes_per_trial > 1 and len(values) >= episodes_per_trial:
         # The adaptation curve: how the return changes with the episode's position within its trial.
-        whole = returns[: len(returns) // episodes_per_trial * episodes_per_trial].reshape(-1, episodes_per_trial)
+        whole = values[: len(values) // episodes_per_trial * episodes_per_trial].reshape(-1, episodes_per_trial)
         by_position = ", ".join(f"{v:.1f}" for v in whole.mean(axis=0))
         print(f"mean return by episode within trial: {by_position}", flush=True)
 
 
 # --- entry --------------------------------------------------------------------------------------------------
 def make_eval_env(cfg: EnjoyCfg, plan: RenderPlan) -> tuple[gym.Env, RenderPlan]:
-    """The run's env with the planned render mode. An env that cannot render is an error when a window or a
-    video was asked for, but under --render_mode=auto it just runs unrendered."""
+    """The run's env exactly as training built it (task envs: over the test split) with the planned render
+    mode. An env that cannot render is an error when a window or a video was asked for, but under
+    --render_mode=auto it just runs unrendered."""
+    split = "test" if is_meta(cfg) else "train"
     try:
         try:
-            return make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=plan.env_render_mode), plan
+            return make_run_env(cfg, split=split, render_mode=plan.env_render_mode), plan
         except (ValueError, gym.error.DependencyNotInstalled) as exc:
             if isinstance(exc, UnknownEnvError) or cfg.render_mode != "auto" or plan.record_video:
                 raise
             log.info("--env=%s cannot render (%s): not rendering", cfg.env, _first_line(exc))
-            return make_env(cfg.env, max_episode_steps=cfg.max_episode_steps), RenderPlan(None, False)
+            return make_run_env(cfg, split=split), RenderPlan(None, False)
     except UnknownEnvError as exc:
         raise EnjoyError(str(exc)) from exc
     except (ValueError, gym.error.DependencyNotInstalled) as exc:
         raise EnjoyError(f"--env={cfg.env} with render_mode={plan.env_render_mode}: {_first_line(exc)}") from exc
 
 
-def evaluate_policy(
-    cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, tasks: list[Task | None], video: VideoWriter | None
-) -> None:
-    """Run the trials (writing frames to `video` if any) and print the summary."""
+def evaluate_policy(cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, video: VideoWriter | None) -> None:
+    """Run the episodes (writing frames to `video` if any) and print the summary."""
     import torch
 
     torch.manual_seed(cfg.seed)  # --stochastic: the same seed samples the same actions
     env.action_space.seed(cfg.seed)
     on_frame = (lambda: video.add(env.render())) if video is not None else None
     try:
-        episodes = run_trials(cfg, env, model, tasks, on_frame)
+        returns = run_all(cfg, env, model, on_frame)
     except gym.error.DependencyNotInstalled as exc:  # e.g. pygame, needed only once a frame is drawn
         raise EnjoyError(f"rendering --env={cfg.env}: {_first_line(exc)}") from exc
-    print_summary(episodes, cfg.episodes_per_trial)
-
-
-def _num_trials(cfg: EnjoyCfg) -> int:
-    num_trials = math.ceil(cfg.max_num_episodes / cfg.episodes_per_trial)
-    if num_trials * cfg.episodes_per_trial != cfg.max_num_episodes:
-        log.info("running %d whole trials: %d episodes", num_trials, num_trials * cfg.episodes_per_trial)
-    return num_trials
+    print_summary(returns, cfg.episodes_per_trial if is_meta(cfg) else 1)
 
 
 def _evaluate(cfg: EnjoyCfg) -> int:
@@ -352,11 +297,11 @@ def _evaluate(cfg: EnjoyCfg) -> int:
     video: VideoWriter | None = None
     try:
         model = build_policy(cfg, env, state, ckpt_path)
-        tasks = trial_tasks(cfg, env, _num_trials(cfg))
+        choose_tasks(cfg, env)
         log.info("loaded %s (version %s, %s env steps)", ckpt_path, state.get("version"), state.get("env_steps"))
         if plan.record_video:
             video = VideoWriter(new_video_path(exp_dir, ckpt_path), cfg.fps)
-        evaluate_policy(cfg, env, model, tasks, video)
+        evaluate_policy(cfg, env, model, video)
     finally:
         env.close()
         if video is not None:

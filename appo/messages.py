@@ -13,6 +13,8 @@ Who sends what to whom (the queues themselves are created in appo.runner.wire):
     actor worker  --EpisodeReport----->  driver queue
     learner       --TrainReport------->  driver queue
     driver        --ReturnSummary----->  learner queue (for the best checkpoint)
+    driver        --EvalRequest------->  evaluator queue
+    evaluator     --EvalReport-------->  driver queue
     any child     --ErrorReport------->  driver queue, then exits non-zero
     driver        --Stop-------------->  every inbox and queue
 """
@@ -61,12 +63,14 @@ class SlotsReleased(NamedTuple):
 
 
 class EpisodeReport(NamedTuple):
-    """Episodes that ended since the last report of this worker (returns and lengths, per policy)."""
+    """Episodes that ended since the last report of this worker (returns and lengths, per policy). For
+    task envs an episode is a trial; `trials` then holds each trial's per-episode returns and its task."""
 
     policy_id: int
     worker_idx: int
     returns: list[float]
     lengths: list[int]
+    trials: list[dict] = []
 
 
 class TrainReport(NamedTuple):
@@ -76,6 +80,27 @@ class TrainReport(NamedTuple):
     env_steps: int
     version: int
     stats: dict[str, float]
+
+
+class EvalRequest(NamedTuple):
+    """Evaluate the newest weights of `policy_id` (at `env_steps`) with deterministic actions."""
+
+    policy_id: int
+    env_steps: int
+
+
+class EvalReport(NamedTuple):
+    """Evaluation result: plain envs fill return/length statistics; task envs also the mean return by
+    episode index within a trial over the held-out tasks (the adaptation curve) and each task's return."""
+
+    policy_id: int
+    env_steps: int
+    version: int
+    return_mean: float
+    return_std: float
+    length_mean: float
+    returns_by_episode: list[float]
+    task_returns: list[float]
 
 
 class ReturnSummary(NamedTuple):

@@ -18,12 +18,12 @@ import torch
 from appo.buffers import allocate_trajectories
 from appo.cfg import Cfg, cfg_to_dict, derive, experiment_dir, resolve_device, verify_or_exit
 from appo.learning.param_sync import ParamStore
-from appo.messages import ErrorReport, ReturnSummary, Stop
+from appo.messages import ErrorReport, EvalReport, EvalRequest, ReturnSummary, Stop
 from appo.model import make_model
 from appo.processes import process_title, set_process_title, spawn_context, start_process, stop_processes
-from appo.stats import Stats, SummaryWriters
+from appo.stats import Stats, SummaryWriters, eval_line
 from appo.wiring import Queues, close_all, send, wire
-from envs import UnknownEnvError, make_env
+from envs import UnknownEnvError, make_run_env
 from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, log_path
 
@@ -38,23 +38,56 @@ class Driver:
         self.start = time.monotonic()
         self.last_report = self.start
         self.errors: list[str] = []
+        self.eval_interval = cfg.meta_test_interval if cfg.task_schedule != "none" else cfg.eval_interval
+        self.next_eval = [self.eval_interval] * cfg.num_policies
+        self.eval_pending = [False] * cfg.num_policies
 
     def on_messages(self, msgs: list[Any]) -> None:
         for msg in msgs:
             if type(msg) is ErrorReport:
                 self.errors.append(f"{msg.component}: {msg.error.strip().splitlines()[-1]}")
-            else:
-                self.stats.on_report(msg)
+                continue
+            if type(msg) is EvalReport:
+                self.eval_pending[msg.policy_id] = False
+                log.info(eval_line(msg))
+            self.stats.on_report(msg)
+
+    def eval_requests(self, force: bool = False) -> list[EvalRequest]:
+        """Evaluations due (one outstanding per policy); `force` asks for one of every policy now."""
+        if self.eval_interval <= 0:
+            return []
+        out = []
+        for pid, p in enumerate(self.stats.policies):
+            if self.eval_pending[pid] or not (force or p.env_steps >= self.next_eval[pid]):
+                continue
+            if force and p.last_eval is not None and p.last_eval.env_steps == p.env_steps:
+                continue  # the newest weights were just evaluated
+            while self.next_eval[pid] <= p.env_steps:
+                self.next_eval[pid] += self.eval_interval
+            self.eval_pending[pid] = True
+            out.append(EvalRequest(pid, p.env_steps))
+        return out
+
+    def evals_done(self) -> bool:
+        return not any(self.eval_pending)
+
+    def _best_metric(self, pid: int) -> float | None:
+        p = self.stats.policies[pid]
+        if self.cfg.save_best_metric == "eval":
+            return p.last_eval.return_mean if p.last_eval is not None else None
+        return p.return_mean() if p.returns else None
 
     def tick(self) -> list[Any]:
         """Periodic work; returns the messages to send (return summaries for the learners)."""
         now = time.monotonic()
         self.stats.sample(now)
+        out: list[Any] = self.eval_requests()
         if now - self.last_report < self.cfg.report_interval:
-            return []
+            return out
         self.last_report = now
         self.report()
-        return [ReturnSummary(pid, p.return_mean()) for pid, p in enumerate(self.stats.policies) if len(p.returns) > 0]
+        metrics = [(pid, self._best_metric(pid)) for pid in range(self.cfg.num_policies)]
+        return out + [ReturnSummary(pid, value) for pid, value in metrics if value is not None]
 
     def report(self) -> None:
         log.info(self.stats.status_line(time.monotonic() - self.start))
@@ -78,7 +111,7 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any]:
     """Everything before any process exists: verify, folders, cfg.json, logging, spaces."""
     verify_or_exit(cfg)
     try:
-        env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps)
+        env = make_run_env(cfg)
     except UnknownEnvError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -156,7 +189,12 @@ def spawn_all(
         start_process(ctx, run_actor_worker, (cfg, derived, w, buffers, queues), f"actor_worker_{w}")
         for w in range(cfg.num_workers)
     ]
-    return {"actors": actors, "policy_workers": policy_workers, "learners": learners}
+    evaluators = []
+    if cfg.eval_interval > 0 or (cfg.task_schedule != "none" and cfg.meta_test_interval > 0):
+        from appo.evaluator import run_evaluator
+
+        evaluators.append(start_process(ctx, run_evaluator, (cfg, spaces, params, queues), "evaluator"))
+    return {"actors": actors, "policy_workers": policy_workers, "learners": learners, "evaluators": evaluators}
 
 
 def supervise(cfg: Cfg, driver: Driver, queues: Queues, groups: dict[str, list[Any]]) -> int:
@@ -181,6 +219,8 @@ def supervise(cfg: Cfg, driver: Driver, queues: Queues, groups: dict[str, list[A
                 driver.errors.append(f"process exited unexpectedly: {', '.join(dead)}")
             reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
         log.info("stopping: %s", reason)
+        if not driver.errors and groups["evaluators"]:
+            final_evaluation(driver, queues)
     finally:
         shutdown(queues, groups, driver)
         for s, handler in previous.items():
@@ -190,6 +230,17 @@ def supervise(cfg: Cfg, driver: Driver, queues: Queues, groups: dict[str, list[A
     if driver.errors:
         return 1
     return 143 if received and received[0] == signal.SIGTERM else 0
+
+
+def final_evaluation(driver: Driver, queues: Queues, timeout: float = 120.0) -> None:
+    """One last evaluation of every policy's newest weights, so every run ends with eval summaries."""
+    send(driver.eval_requests(force=True), queues)
+    deadline = time.monotonic() + timeout
+    while not driver.evals_done() and time.monotonic() < deadline:
+        try:
+            driver.on_messages(queues.driver_queue.get_many(timeout=0.5))
+        except Exception:  # queue.Empty
+            pass
 
 
 def shutdown(queues: Queues, groups: dict[str, list[Any]], driver: Driver) -> None:

@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 from appo.cfg import Cfg, Derived
+from appo.evaluator import Evaluator
 from appo.learning.learner import Learner
 from appo.learning.param_sync import ParamStore
 from appo.messages import Stop
@@ -34,6 +35,7 @@ def run_serial(cfg: Cfg, derived: Derived, exp_dir: Any, spaces: Any, buffers: A
         PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device) for p in range(cfg.num_policies)
     ]
     actors = [ActorWorker(cfg, derived, w, buffers) for w in range(cfg.num_workers)]
+    evaluator = Evaluator(cfg, spaces, params) if driver.eval_interval > 0 else None
     received: list[int] = []
     previous = {
         s: signal.signal(s, lambda signum, _f: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)
@@ -44,17 +46,30 @@ def run_serial(cfg: Cfg, derived: Derived, exp_dir: Any, spaces: Any, buffers: A
         reason = None
         while reason is None:
             step_all(actors, policy_workers, learners, queues, driver)
+            serve_evaluations(evaluator, queues, driver)
             reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
         log.info("stopping: %s", reason)
+        if evaluator is not None and not driver.errors:
+            send(driver.eval_requests(force=True), queues)
+            serve_evaluations(evaluator, queues, driver)
         for learner in learners:
             learner.save()
     finally:
         for actor in actors:
             actor.close()
+        if evaluator is not None:
+            evaluator.close()
         driver.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 1 if driver.errors else (143 if received and received[0] == signal.SIGTERM else 0)
+
+
+def serve_evaluations(evaluator: Evaluator | None, queues: Any, driver: Any) -> None:
+    if evaluator is None:
+        return
+    reports = [evaluator.evaluate(msg) for msg in queues.eval_queue.get_many() if type(msg) is not Stop]
+    driver.on_messages(reports)
 
 
 def step_all(actors: list, policy_workers: list, learners: list, queues: Any, driver: Any) -> None:

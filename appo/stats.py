@@ -9,7 +9,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from appo.messages import EpisodeReport, TrainReport
+from appo.messages import EpisodeReport, EvalReport, TrainReport
+from envs.wrappers import task_bucket
 
 FPS_WINDOWS = (10, 60, 300)  # seconds
 RETURN_WINDOW = 100  # episodes averaged for the return statistics
@@ -23,6 +24,18 @@ class PolicyStats:
         self.version = 0
         self.train: dict[str, float] = {}
         self.episodes = 0
+        # Task envs: returns by episode index within a trial, and trial returns by task bucket.
+        self.by_episode: dict[int, deque[float]] = {}
+        self.by_task: dict[str, deque[float]] = {}
+        self.last_eval: EvalReport | None = None
+        self.new_eval = False
+
+    def add_trials(self, trials: list[dict]) -> None:
+        for trial in trials:
+            for k, ret in enumerate(trial["returns"]):
+                self.by_episode.setdefault(k, deque(maxlen=RETURN_WINDOW)).append(ret)
+            bucket = task_bucket(trial["task"])
+            self.by_task.setdefault(bucket, deque(maxlen=RETURN_WINDOW)).append(sum(trial["returns"]))
 
     def return_mean(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else math.nan
@@ -35,7 +48,6 @@ class Stats:
     def __init__(self, num_policies: int) -> None:
         self.policies = [PolicyStats() for _ in range(num_policies)]
         self.history: deque[tuple[float, int]] = deque()  # (time, total env steps)
-        self.session_start_steps: int | None = None
 
     def on_report(self, msg: Any) -> None:
         if type(msg) is EpisodeReport:
@@ -43,6 +55,10 @@ class Stats:
             p.returns.extend(msg.returns)
             p.lengths.extend(msg.lengths)
             p.episodes += len(msg.returns)
+            p.add_trials(msg.trials)
+        elif type(msg) is EvalReport:
+            p = self.policies[msg.policy_id]
+            p.last_eval, p.new_eval = msg, True
         elif type(msg) is TrainReport:
             p = self.policies[msg.policy_id]
             p.env_steps, p.version = msg.env_steps, msg.version
@@ -81,6 +97,20 @@ class Stats:
         return " | ".join(parts)
 
 
+def eval_line(report: EvalReport) -> str:
+    """The console line of one evaluation."""
+    if report.returns_by_episode:
+        curve = " ".join(f"ep{k} {v:.1f}" for k, v in enumerate(report.returns_by_episode))
+        return (
+            f"meta-test p{report.policy_id} at {report.env_steps} steps (v{report.version}): {curve} | "
+            f"trial return {report.return_mean:.1f} +- {report.return_std:.1f} over {len(report.task_returns)} tasks"
+        )
+    return (
+        f"eval p{report.policy_id} at {report.env_steps} steps (v{report.version}): return "
+        f"{report.return_mean:.1f} +- {report.return_std:.1f}, length {report.length_mean:.0f}"
+    )
+
+
 class SummaryWriters:
     """One tensorboard run per policy under summaries/<policy_id>/."""
 
@@ -91,19 +121,37 @@ class SummaryWriters:
 
     def write(self, stats: Stats) -> None:
         fps = stats.fps(FPS_WINDOWS[0])
-        for pid, (writer, p) in enumerate(zip(self.writers, stats.policies, strict=True)):
+        for writer, p in zip(self.writers, stats.policies, strict=True):
             step = p.env_steps
             if p.returns:
                 writer.add_scalar("episode/return_mean", p.return_mean(), step)
                 writer.add_scalar("episode/length_mean", p.length_mean(), step)
                 writer.add_scalar("episode/count", p.episodes, step)
+            for k, values in p.by_episode.items():
+                writer.add_scalar(f"episode/return_ep{k}", sum(values) / len(values), step)
+            for bucket, values in p.by_task.items():
+                writer.add_scalar(f"episode_by_task/{bucket}", sum(values) / len(values), step)
+            if p.new_eval and p.last_eval is not None:
+                self.write_eval(writer, p.last_eval)
+                p.new_eval = False
             if not math.isnan(fps):
                 writer.add_scalar("perf/fps", fps, step)
             for key, value in p.train.items():
                 group = "perf" if key.startswith("policy_lag") or key == "dropped_trajectories" else "train"
                 writer.add_scalar(f"{group}/{key}", value, step)
             writer.add_scalar("train/version", p.version, step)
-            del pid
+
+    @staticmethod
+    def write_eval(writer: Any, report: EvalReport) -> None:
+        step = report.env_steps
+        prefix = "meta_test" if report.returns_by_episode else "eval"
+        writer.add_scalar(f"{prefix}/return_mean", report.return_mean, step)
+        writer.add_scalar(f"{prefix}/return_std", report.return_std, step)
+        writer.add_scalar(f"{prefix}/length_mean", report.length_mean, step)
+        for k, value in enumerate(report.returns_by_episode):
+            writer.add_scalar(f"meta_test/return_ep{k}", value, step)
+        for i, value in enumerate(report.task_returns):
+            writer.add_scalar(f"meta_test/task_{i}", value, step)
 
     def close(self) -> None:
         for writer in self.writers:

@@ -6,6 +6,7 @@
     policy_queues[p]          policy workers of policy p      actor workers (InferenceRequest), driver (Stop)
     learner_queues[p]         learner of policy p             actor workers (TrajectoryReady), driver
                                                               (ReturnSummary, Stop)
+    eval_queue                evaluator                       driver (EvalRequest, Stop)
     driver_queue              driver                          everyone (reports, errors)
 
 `route` maps each message type to its queue, so components return messages and never hold queues.
@@ -21,6 +22,8 @@ from appo.messages import (
     ActionsReady,
     EpisodeReport,
     ErrorReport,
+    EvalReport,
+    EvalRequest,
     InferenceRequest,
     ReturnSummary,
     SlotsReleased,
@@ -57,6 +60,7 @@ class Queues(NamedTuple):
     actor_inboxes: list[Any]
     policy_queues: list[Any]
     learner_queues: list[Any]
+    eval_queue: Any
     driver_queue: Any
 
 
@@ -74,6 +78,7 @@ def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
         actor_inboxes=[make() for _ in range(num_workers)],
         policy_queues=[make() for _ in range(num_policies)],
         learner_queues=[make() for _ in range(num_policies)],
+        eval_queue=make(),
         driver_queue=make(),
     )
 
@@ -87,8 +92,10 @@ def route(msg: Any, queues: Queues) -> Any:
         return queues.actor_inboxes[msg.worker_idx]
     if kind is TrajectoryReady or kind is ReturnSummary:
         return queues.learner_queues[msg.policy_id]
-    if kind in (EpisodeReport, TrainReport, ErrorReport):
+    if kind in (EpisodeReport, TrainReport, ErrorReport, EvalReport):
         return queues.driver_queue
+    if kind is EvalRequest:
+        return queues.eval_queue
     raise TypeError(f"no route for message {msg!r}")
 
 
@@ -108,5 +115,11 @@ def send(msgs: list[Any], queues: Queues) -> None:
 
 
 def close_all(queues: Queues) -> None:
-    for queue in [*queues.actor_inboxes, *queues.policy_queues, *queues.learner_queues, queues.driver_queue]:
+    for queue in [
+        *queues.actor_inboxes,
+        *queues.policy_queues,
+        *queues.learner_queues,
+        queues.eval_queue,
+        queues.driver_queue,
+    ]:
         queue.close()

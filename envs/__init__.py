@@ -54,6 +54,37 @@ def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = No
     return env
 
 
+def is_task_env(env: gym.Env) -> bool:
+    from envs.tasks import TaskFamily
+
+    return isinstance(getattr(env, "unwrapped", env), TaskFamily)
+
+
+def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: str | None = None) -> gym.Env:
+    """The env exactly as a run sees it: `make_env` plus, for task schedules, the meta-task wrapper over
+    the `split` ("train" or "test") tasks. Actor workers, the evaluator and enjoy.py all build it here, so
+    observation augmentation always matches what the policy was trained on. `cfg` is an appo Cfg."""
+    env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode)
+    if cfg.task_schedule == "none":
+        return env
+    from envs.schedules import make_schedule
+    from envs.tasks import task_split
+    from envs.wrappers import MetaTaskWrapper
+
+    if not is_task_env(env):
+        env.close()
+        raise UnknownEnvError(
+            f"--task_schedule={cfg.task_schedule}: --env={cfg.env} is not a task family "
+            f"({', '.join(sorted(PROJECT_ENVS))}); use --task_schedule=none"
+        )
+    train, test = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
+    if split == "test":
+        schedule = make_schedule("sequence", test, cfg.episodes_per_trial, env_idx, cfg.seed)
+    else:
+        schedule = make_schedule(cfg.task_schedule, train, cfg.episodes_per_trial, env_idx, cfg.seed)
+    return MetaTaskWrapper(env, schedule, cfg.task_visibility)
+
+
 def _project_env(module: str, class_name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:
     """Import `module` (MuJoCo included) only now, build `class_name(**kwargs)` and wrap it in a TimeLimit of
     `max_episode_steps`, or of the class's `default_episode_steps` when that is 0."""

@@ -75,12 +75,25 @@ CLASSIC_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# Meta-RL defaults of the task families: hidden tasks, trials of two episodes on one task with the GRU
+# state carried across them (RL^2), and a meta-test on the held-out tasks every 50k env steps.
+META_PRESET: dict[str, Any] = {
+    "task_schedule": "per_trial",
+    "episodes_per_trial": 2,
+    "task_visibility": "hidden",
+    "use_rnn": True,
+    "rnn_type": "gru",
+    "rnn_size": 128,
+    "meta_test_interval": 50_000,
+}
+
+
 def env_preset(env_name: str) -> dict[str, Any]:
     """Defaults that suit `env_name` better than the generic ones; empty when there is no preset."""
     if env_name in MUJOCO_PROJECT_ENVS:
-        return dict(MUJOCO_PRESET)
+        return MUJOCO_PRESET | META_PRESET
     if env_name == "navigation2d":
-        return dict(NAVIGATION2D_PRESET)
+        return NAVIGATION2D_PRESET | META_PRESET
     base = env_name.split("-")[0]
     if base in MUJOCO_IDS:
         return dict(MUJOCO_PRESET)

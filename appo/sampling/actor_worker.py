@@ -19,7 +19,7 @@ from appo.messages import ActionsReady, EpisodeReport, SlotsReleased, Stop
 from appo.processes import component_main
 from appo.sampling.env_runner import EnvRunner
 from appo.wiring import Queues, send
-from envs import make_env
+from envs import make_run_env
 from utils.timing import Timing
 
 EPISODE_REPORT_SECONDS = 1.0
@@ -28,7 +28,7 @@ EPISODE_REPORT_SECONDS = 1.0
 class ActorWorker:
     def __init__(self, cfg: Cfg, derived: Derived, worker_idx: int, buffers: dict[str, torch.Tensor]) -> None:
         self.cfg, self.worker_idx = cfg, worker_idx
-        env_fn = partial(make_env, cfg.env, max_episode_steps=cfg.max_episode_steps)
+        env_fn = partial(make_run_env, cfg)
         views = numpy_views(buffers)
         self.runners = [
             EnvRunner(cfg, derived, worker_idx, split, views, env_fn) for split in range(cfg.worker_num_splits)
@@ -63,11 +63,11 @@ class ActorWorker:
         if not force and now - self.last_report < EPISODE_REPORT_SECONDS:
             return []
         self.last_report = now
-        by_policy: dict[int, list[tuple[float, int]]] = {}
+        by_policy: dict[int, list[tuple[float, int, dict | None]]] = {}
         for runner in self.runners:
             by_policy.setdefault(runner.policy_id, []).extend(runner.pop_finished())
         return [
-            EpisodeReport(pid, self.worker_idx, [r for r, _ in eps], [n for _, n in eps])
+            EpisodeReport(pid, self.worker_idx, [e[0] for e in eps], [e[1] for e in eps], [e[2] for e in eps if e[2]])
             for pid, eps in by_policy.items()
             if eps
         ]

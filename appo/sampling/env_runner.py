@@ -29,7 +29,7 @@ class EnvRunner:
         worker_idx: int,
         split_idx: int,
         buffers: dict[str, np.ndarray],
-        env_fn: Callable[[], gym.Env],
+        env_fn: Callable[[int], gym.Env],
     ) -> None:
         self.cfg, self.derived = cfg, derived
         self.worker_idx, self.split_idx = worker_idx, split_idx
@@ -45,14 +45,15 @@ class EnvRunner:
         self.envs: list[gym.Env] = []
         self.ep_returns = np.zeros(self.num_envs)
         self.ep_lengths = np.zeros(self.num_envs, dtype=np.int64)
-        self.finished: list[tuple[float, int]] = []
+        self.finished: list[tuple[float, int, dict | None]] = []  # (return, length, trial info)
         self.next_obs: np.ndarray | None = None
         self.next_rnn: np.ndarray | None = None
 
     # --- start --------------------------------------------------------------------------------------
     def init(self, seed: int) -> list[Any]:
         """Create and reset the envs; returns the first InferenceRequest."""
-        self.envs = [self.env_fn() for _ in range(self.num_envs)]
+        first_env = (self.worker_idx * self.cfg.worker_num_splits + self.split_idx) * self.num_envs
+        self.envs = [self.env_fn(first_env + i) for i in range(self.num_envs)]
         space = self.envs[0].action_space
         self.is_box = isinstance(space, gym.spaces.Box)
         if self.is_box:
@@ -107,15 +108,18 @@ class EnvRunner:
         dones = np.zeros(n, dtype=np.float32)
         truncs = np.zeros(n, dtype=np.float32)
         obs_out = buf["obs"]
+        trials: dict[int, dict] = {}
         for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, _ = env.step(actions[i])
+            obs, reward, terminated, truncated, info = env.step(actions[i])
             rewards[i] = reward
             if terminated or truncated:
                 dones[i] = 1.0
                 truncs[i] = float(truncated and not terminated)
+                if "trial" in info:
+                    trials[i] = info["trial"]
                 obs, _ = env.reset()
             obs_out[self.first + i, t + 1] = obs
-        self._record_episodes(rewards, dones)
+        self._record_episodes(rewards, dones, trials)
         buf["rewards"][slots, t] = self._shape_rewards(rewards)
         buf["dones"][slots, t] = dones
         buf["truncated"][slots, t] = truncs
@@ -147,16 +151,16 @@ class EnvRunner:
             rewards = np.clip(rewards, -self.cfg.reward_clip, self.cfg.reward_clip)
         return rewards
 
-    def _record_episodes(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+    def _record_episodes(self, rewards: np.ndarray, dones: np.ndarray, trials: dict[int, dict]) -> None:
         self.ep_returns += rewards
         self.ep_lengths += 1
         if dones.any():
             for i in np.flatnonzero(dones):
-                self.finished.append((float(self.ep_returns[i]), int(self.ep_lengths[i])))
+                self.finished.append((float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i))))
             self.ep_returns[dones > 0] = 0.0
             self.ep_lengths[dones > 0] = 0
 
-    def pop_finished(self) -> list[tuple[float, int]]:
+    def pop_finished(self) -> list[tuple[float, int, dict | None]]:
         finished, self.finished = self.finished, []
         return finished
 

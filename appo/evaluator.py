@@ -1,0 +1,141 @@
+"""Evaluator: runs the newest weights of a policy with deterministic actions on its own envs, never
+touching the training buffers. For plain envs: `eval_episodes` episodes (eval/* summaries). For task
+envs: one trial on each held-out test task, with the recurrent state carried across the trial's
+episodes; the mean return by episode index is the adaptation curve (meta_test/* summaries).
+
+`Evaluator` is the component (called directly in --serial_mode); `run_evaluator` the process shell,
+which serves EvalRequests from the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from appo.buffers import rnn_state_size
+from appo.cfg import Cfg
+from appo.learning.param_sync import ParamStore
+from appo.messages import EvalReport, EvalRequest, Stop
+from appo.model import ActorCritic, make_model
+from appo.processes import component_main
+from appo.wiring import Queues, send
+from envs import make_run_env
+
+
+def env_action(actions: torch.Tensor, space: gym.Space) -> Any:
+    """The action an env takes from the model's [1, A] (or [1, 1] discrete) output; Box actions clipped."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(actions[0, 0])
+    return np.clip(actions[0].numpy().reshape(space.shape), space.low, space.high)
+
+
+def run_episode(
+    env: gym.Env,
+    model: ActorCritic,
+    state_size: int,
+    deterministic: bool = True,
+    seed: int | None = None,
+    on_frame: Callable[[], None] | None = None,
+) -> tuple[float, int, dict]:
+    """One engine episode (a whole trial for task envs) from reset to its end: (return, length, last info).
+    `on_frame` is called after the reset and after every step (video recording)."""
+    obs, _ = env.reset(seed=seed)
+    if on_frame is not None:
+        on_frame()
+    rnn = torch.zeros(1, state_size)
+    total, length = 0.0, 0
+    while True:
+        with torch.inference_mode():
+            out = model.act(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), rnn, deterministic)
+        rnn = out.rnn_states
+        obs, reward, terminated, truncated, info = env.step(env_action(out.actions, env.action_space))
+        total += float(reward)
+        length += 1
+        if on_frame is not None:
+            on_frame()
+        if terminated or truncated:
+            return total, length, info
+
+
+class Evaluator:
+    def __init__(self, cfg: Cfg, spaces: tuple[gym.Space, gym.Space], params: list[ParamStore]) -> None:
+        self.cfg, self.params = cfg, params
+        self.model = make_model(cfg, *spaces).eval()
+        self.state_size = rnn_state_size(cfg)
+        self.is_meta = cfg.task_schedule != "none"
+        self.env = make_run_env(cfg, split="test" if self.is_meta else "train")
+
+    def evaluate(self, request: EvalRequest) -> EvalReport:
+        version = self.params[request.policy_id].pull(self.model)
+        if self.is_meta:
+            return self._meta_test(request, version)
+        episodes = [
+            run_episode(self.env, self.model, self.state_size, seed=self.cfg.seed + 10_000 + i)
+            for i in range(self.cfg.eval_episodes)
+        ]
+        returns = np.array([e[0] for e in episodes])
+        lengths = np.array([e[1] for e in episodes])
+        return EvalReport(
+            request.policy_id,
+            request.env_steps,
+            version,
+            float(returns.mean()),
+            float(returns.std()),
+            float(lengths.mean()),
+            [],
+            [],
+        )
+
+    def _meta_test(self, request: EvalRequest, version: int) -> EvalReport:
+        """One trial per held-out task, in order (the wrapper's sequence schedule hands them out)."""
+        schedule = self.env.schedule
+        schedule.index = 0
+        trials = [
+            run_episode(self.env, self.model, self.state_size, seed=self.cfg.seed + 20_000 + i)[2]["trial"]
+            for i in range(len(schedule.tasks))
+        ]
+        by_episode = np.array([t["returns"] for t in trials])  # [tasks, episodes_per_trial]
+        totals = by_episode.sum(axis=1)
+        lengths = [sum(t["lengths"]) for t in trials]
+        return EvalReport(
+            request.policy_id,
+            request.env_steps,
+            version,
+            float(totals.mean()),
+            float(totals.std()),
+            float(np.mean(lengths)),
+            by_episode.mean(axis=0).tolist(),
+            totals.tolist(),
+        )
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def evaluator_loop(evaluator: Evaluator, queues: Queues) -> None:
+    while True:
+        try:
+            msgs = queues.eval_queue.get_many(timeout=0.5)
+        except Exception:  # queue.Empty on timeout
+            msgs = []
+        for msg in msgs:
+            if type(msg) is Stop:
+                return
+            send([evaluator.evaluate(msg)], queues)
+
+
+def run_evaluator(cfg: Cfg, spaces: tuple[gym.Space, gym.Space], params: list[ParamStore], queues: Queues) -> None:
+    """Process entry point of the evaluator."""
+
+    def body() -> None:
+        evaluator = Evaluator(cfg, spaces, params)
+        try:
+            evaluator_loop(evaluator, queues)
+        finally:
+            evaluator.close()
+
+    component_main(cfg, "evaluator", queues, body)

@@ -1,0 +1,92 @@
+"""MetaTaskWrapper: turns a task-family env into trials for the engine.
+
+A *trial* is what the engine sees as one episode: `episodes_per_trial` episodes of the inner env on one
+task, chosen by a schedule (envs/schedules.py) when the trial starts. Inner episode ends inside a trial
+are hidden from the engine, so the recurrent state is carried across them and reset only at trial
+boundaries (RL^2). The end of a trial is a termination: the task's objective has a fixed horizon.
+
+Observations are augmented by `visibility`:
+- hidden (meta-RL): the previous action, the previous reward and a flag that an inner episode just ended
+  are appended, so the policy can infer the task from its own experience;
+- visible (multi-task baseline): the task's values are appended.
+At a trial's end `info["trial"]` holds the return and length of each of its episodes and the task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envs.schedules import TaskSchedule
+from envs.tasks import Task, task_family
+
+
+def _action_width(space: gym.Space) -> int:
+    return int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.prod(space.shape))
+
+
+class MetaTaskWrapper(gym.Wrapper):
+    def __init__(self, env: gym.Env, schedule: TaskSchedule, visibility: str) -> None:
+        super().__init__(env)
+        if visibility not in ("hidden", "visible"):
+            raise ValueError(f"--task_visibility={visibility}: must be hidden or visible")
+        self.family = task_family(env)
+        self.schedule = schedule
+        self.visibility = visibility
+        self.task_keys = sorted(self.family.get_task())
+        base = env.observation_space
+        extra = _action_width(env.action_space) + 2 if visibility == "hidden" else len(self.task_keys)
+        size = int(np.prod(base.shape)) + extra
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        self.task: Task = self.family.get_task()
+        self.last_trial_return: float | None = None
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+
+    def _augment(self, obs: np.ndarray, action: Any, reward: float, inner_done: bool) -> np.ndarray:
+        flat = np.asarray(obs, dtype=np.float32).ravel()
+        if self.visibility == "visible":
+            extra = np.array([self.task[k] for k in self.task_keys], dtype=np.float32)
+        elif isinstance(self.env.action_space, gym.spaces.Discrete):
+            extra = np.zeros(self.env.action_space.n + 2, dtype=np.float32)
+            if action is not None:
+                extra[int(action)] = 1.0
+            extra[-2:] = (reward, float(inner_done))
+        else:
+            width = _action_width(self.env.action_space)
+            prev = np.zeros(width, np.float32) if action is None else np.asarray(action, np.float32).ravel()
+            extra = np.concatenate([prev, np.array([reward, float(inner_done)], dtype=np.float32)])
+        return np.concatenate([flat, extra])
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        """Start a new trial: the schedule picks the task."""
+        self.task = self.schedule.next_task(self.last_trial_return)
+        self.family.set_task(self.task)
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.returns, self.lengths = [0.0], [0]
+        return self._augment(obs, None, 0.0, False), info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.returns[-1] += float(reward)
+        self.lengths[-1] += 1
+        inner_done = terminated or truncated
+        trial_over = False
+        if inner_done:
+            if len(self.returns) < self.schedule.episodes_per_trial:
+                obs, _ = self.env.reset()  # same task: the trial goes on
+                self.returns.append(0.0)
+                self.lengths.append(0)
+            else:
+                trial_over = True
+                self.last_trial_return = sum(self.returns)
+                info["trial"] = {"returns": list(self.returns), "lengths": list(self.lengths), "task": self.task}
+        return self._augment(obs, action, float(reward), inner_done), float(reward), trial_over, False, info
+
+
+def task_bucket(task: Task) -> str:
+    """A short label grouping tasks for per-task statistics: values rounded to the nearest 0.5, so a
+    continuous family gets a handful of buckets (ant_vel: 7) rather than one per task."""
+    return ",".join(f"{k}={round(v * 2) / 2:+.1f}" for k, v in sorted(task.items()))
