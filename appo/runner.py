@@ -219,8 +219,6 @@ def supervise(cfg: Cfg, driver: Driver, queues: Queues, groups: dict[str, list[A
                 driver.errors.append(f"process exited unexpectedly: {', '.join(dead)}")
             reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
         log.info("stopping: %s", reason)
-        if not driver.errors and groups["evaluators"]:
-            final_evaluation(driver, queues)
     finally:
         shutdown(queues, groups, driver)
         for s, handler in previous.items():
@@ -244,13 +242,17 @@ def final_evaluation(driver: Driver, queues: Queues, timeout: float = 120.0) -> 
 
 
 def shutdown(queues: Queues, groups: dict[str, list[Any]], driver: Driver) -> None:
-    """Stop actors, then policy workers, then learners (which save a final checkpoint)."""
+    """Stop actors, then policy workers, then learners (which save a final checkpoint), then the evaluator."""
     stop = Stop("driver")
     for name, targets in (
         ("actors", queues.actor_inboxes),
         ("policy_workers", queues.policy_queues),
         ("learners", queues.learner_queues),
+        ("evaluators", [queues.eval_queue]),
     ):
+        if name == "evaluators" and groups[name] and not driver.errors:
+            # The learners have saved and published their last weights: evaluate exactly those.
+            final_evaluation(driver, queues)
         for target in targets:
             for _ in range(len(groups[name]) if name == "policy_workers" else 1):
                 _put_quietly(target, stop)

@@ -49,11 +49,11 @@ def run_serial(cfg: Cfg, derived: Derived, exp_dir: Any, spaces: Any, buffers: A
             serve_evaluations(evaluator, queues, driver)
             reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
         log.info("stopping: %s", reason)
+        for learner in learners:
+            learner.save()
         if evaluator is not None and not driver.errors:
             send(driver.eval_requests(force=True), queues)
             serve_evaluations(evaluator, queues, driver)
-        for learner in learners:
-            learner.save()
     finally:
         for actor in actors:
             actor.close()

@@ -1,5 +1,6 @@
 """Learning benchmark: train HalfCheetah-v5 (MuJoCo preset) for 1M env steps and print the final average
-return (last 100 episodes, from the run's tensorboard file) and the wall time.
+return (last 100 training episodes, from the run's tensorboard file), the return of 10 deterministic
+evaluation episodes of the final weights, and the wall time.
 
     python benchmarks/learning_halfcheetah.py [--env_steps=1000000] [extra train_appo flags...]
 """
@@ -37,14 +38,21 @@ def main() -> int:
         f"--train_dir={train_dir}",
         f"--train_for_env_steps={args.env_steps}",
         "--report_interval=10",
+        f"--eval_interval={args.env_steps}",
+        "--eval_episodes=10",
         *extra,
     ]
     print("command:", " ".join(cmd), flush=True)
     start = time.monotonic()
     status = subprocess.call(cmd, cwd=Path(__file__).resolve().parent.parent)
     wall = time.monotonic() - start
-    step, value = final_scalar(train_dir / "bench" / "summaries" / "0", "episode/return_mean")
-    print(f"env={args.env} env_steps={step} final_return_mean={value:.1f} wall_s={wall:.0f} exit={status}")
+    summaries = train_dir / "bench" / "summaries" / "0"
+    step, value = final_scalar(summaries, "episode/return_mean")
+    _, eval_value = final_scalar(summaries, "eval/return_mean")
+    print(
+        f"env={args.env} env_steps={step} final_return_mean={value:.1f} (last 100 training episodes) "
+        f"eval_return_mean={eval_value:.1f} (10 deterministic episodes) wall_s={wall:.0f} exit={status}"
+    )
     return status
 
 

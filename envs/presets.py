@@ -11,7 +11,9 @@ MUJOCO_IDS = ("HalfCheetah", "Ant", "Hopper", "Walker2d", "Humanoid", "Swimmer",
 MUJOCO_IDS += ("InvertedDoublePendulum", "Pusher")
 
 MUJOCO_PRESET: dict[str, Any] = {
-    "num_envs_per_worker": 8,
+    # 16 envs per worker (8 per split) keep two cores busy; HalfCheetah-v5 at 1M steps scored 2,891 with them
+    # vs 2,758 and 2,888 with 8 (docs/benchmarks.md).
+    "num_envs_per_worker": 16,
     "worker_num_splits": 2,
     "rollout": 64,
     "batch_size": 1024,
@@ -42,10 +44,16 @@ MUJOCO_PROJECT_ENVS = ("ant_dir", "ant_dir2d", "ant_vel", "ant_goal", "half_chee
 
 # navigation2d: 2-float observations, 100-step episodes, microseconds per step: a small, cheap setup.
 NAVIGATION2D_PRESET: dict[str, Any] = {
-    "num_envs_per_worker": 8,
+    "num_envs_per_worker": 16,
     "rollout": 32,
     "batch_size": 1024,
-    "learning_rate": 3e-4,
+    "num_batches_per_epoch": 2,
+    "num_epochs": 2,
+    "learning_rate": 1e-3,
+    "with_vtrace": False,
+    "exploration_loss_coeff": 0.0,
+    # Actions are velocities in [-0.1, 0.1]: start with std ~0.2 rather than 1, which would saturate them all.
+    "initial_log_std": -1.6,
 }
 
 

@@ -1,0 +1,87 @@
+"""Evaluation during training: eval/* and meta_test/* summaries, the final evaluation of exactly the saved
+weights, and agreement with a separate enjoy.py run of the same checkpoint."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from appo.checkpoint import list_checkpoints
+from tests.conftest import run_script
+
+CARTPOLE = ["--env=CartPole-v1", "--num_workers=2", "--num_envs_per_worker=4", "--report_interval=1"]
+
+
+def last(summary_dir, tag: str) -> tuple[int, float]:
+    acc = EventAccumulator(str(summary_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    event = acc.Scalars(tag)[-1]
+    return event.step, event.value
+
+
+def test_eval_summaries_match_enjoy(train_dir):
+    run_script(
+        "train_appo.py",
+        [
+            *CARTPOLE,
+            f"--train_dir={train_dir}",
+            "--experiment=ev",
+            "--eval_interval=20000",
+            "--eval_episodes=10",
+            "--train_for_env_steps=120000",
+        ],
+        check=True,
+    )
+    exp = train_dir / "ev"
+    summaries = exp / "summaries" / "0"
+    step, eval_return = last(summaries, "eval/return_mean")
+    assert step >= 120000
+    for tag in ("eval/return_std", "eval/length_mean"):
+        last(summaries, tag)
+    # The final evaluation ran on the weights the learner saved last.
+    versions = re.findall(r"eval p0 at \d+ steps \(v(\d+)\)", (exp / "log.txt").read_text())
+    assert len(versions) >= 2, "expected evaluations during training and at the end"
+    saved = torch.load(list_checkpoints(exp / "checkpoint_p0")[-1], weights_only=True)
+    assert int(versions[-1]) == saved["version"]
+
+    out = run_script(
+        "enjoy.py", [f"--train_dir={train_dir}", "--experiment=ev", "--no_render", "--max_num_episodes=10"], check=True
+    ).stdout
+    enjoy_return = float(re.search(r"mean return (-?[\d.]+)", out).group(1))
+    # Same weights, deterministic actions, different start states: equal within episode-to-episode noise.
+    assert abs(enjoy_return - eval_return) <= 0.25 * max(abs(eval_return), 40.0), (eval_return, enjoy_return)
+
+
+def test_meta_test_writes_adaptation_curve(train_dir):
+    run_script(
+        "train_appo.py",
+        [
+            "--env=navigation2d",
+            f"--train_dir={train_dir}",
+            "--experiment=nav",
+            "--num_workers=1",
+            "--meta_test_interval=10000",
+            "--train_for_env_steps=20000",
+            "--num_test_tasks=3",
+            "--report_interval=1",
+        ],
+        check=True,
+    )
+    summaries = train_dir / "nav" / "summaries" / "0"
+    for tag in ("meta_test/return_ep0", "meta_test/return_ep1", "meta_test/task_2", "episode/return_ep1"):
+        step, value = last(summaries, tag)
+        assert value < 0  # navigation2d pays negative distances
+    log_text = (train_dir / "nav" / "log.txt").read_text()
+    assert re.search(
+        r"meta-test p0 at \d+ steps \(v\d+\): ep0 -[\d.]+ ep1 -[\d.]+ \| trial return .* over 3 tasks", log_text
+    )
+    out = run_script(
+        "enjoy.py",
+        [f"--train_dir={train_dir}", "--experiment=nav", "--no_render", "--max_num_episodes=4", "--task=1"],
+        check=True,
+    ).stdout
+    assert len(re.findall(r"^trial \d+: task", out, re.M)) == 2
+    assert len(re.findall(r"^episode \d+: return", out, re.M)) == 4
+    assert "mean return by episode within trial" in out
