@@ -90,7 +90,9 @@ class Driver:
         return out + [ReturnSummary(pid, value) for pid, value in metrics if value is not None]
 
     def report(self) -> None:
-        log.info(self.stats.status_line(time.monotonic() - self.start))
+        # Progress and ETA only toward a budget a user set (the default is effectively unlimited).
+        target = self.cfg.train_for_env_steps if self.cfg.train_for_env_steps < Cfg.train_for_env_steps else None
+        log.info(self.stats.status_line(time.monotonic() - self.start, target))
         self.writers.write(self.stats)
 
     def should_stop(self) -> str | None:

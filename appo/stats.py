@@ -84,9 +84,16 @@ class Stats:
                 return (steps - old_steps) / max(now - then, 1e-9) if now > then else math.nan
         return math.nan
 
-    def status_line(self, elapsed: float) -> str:
+    def status_line(self, elapsed: float, target_steps: int | None = None) -> str:
+        """Env steps (with progress and ETA toward `target_steps`), FPS windows, per-policy return and lag."""
         fps = "/".join("nan" if math.isnan(f) else f"{f:.0f}" for f in (self.fps(w) for w in FPS_WINDOWS))
-        parts = [f"steps {self.env_steps}", f"FPS (10s/1m/5m) {fps}", f"{elapsed:.0f}s"]
+        steps = f"steps {self.env_steps}"
+        if target_steps:
+            rate = self.fps(FPS_WINDOWS[1])
+            left = max(target_steps - self.env_steps, 0)
+            eta = f"{left / rate / 60:.1f} min" if rate and not math.isnan(rate) and rate > 0 else "?"
+            steps += f"/{target_steps} ({100 * self.env_steps / target_steps:.0f}%, ETA {eta})"
+        parts = [steps, f"FPS (10s/1m/5m) {fps}", f"{elapsed:.0f}s"]
         for pid, p in enumerate(self.policies):
             lag = p.train
             parts.append(

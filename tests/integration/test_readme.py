@@ -1,0 +1,74 @@
+"""README must not lie: every `python train_appo.py`, `python enjoy.py` and `python -m appo.plot` command in
+its code blocks runs, in a temporary train_dir, with a small budget appended to training commands."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, _kill_group
+
+ENTRY = re.compile(r"(python (?:train_appo\.py|enjoy\.py|-m appo\.plot)[^\n#`]*)")
+BUDGET = [
+    "--train_for_env_steps=3000",
+    "--num_workers=1",
+    "--num_envs_per_worker=2",
+    "--rollout=16",
+    "--batch_size=64",
+    "--num_batches_per_epoch=1",
+    "--meta_test_interval=0",
+]
+
+
+def readme_commands() -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return [m.strip() for block in blocks for m in ENTRY.findall(block)]
+
+
+def run(command: str, train_dir) -> subprocess.CompletedProcess:
+    args = shlex.split(command)[1:]
+    if args[0] == "train_appo.py":
+        args = [a for a in args if not a.startswith("--train_for_env_steps")] + BUDGET
+    if args[0] == "enjoy.py":  # short episodes: a 1000-step MuJoCo video takes minutes on two cores
+        args = [a for a in args if not a.startswith("--max_num_episodes")] + ["--max_num_episodes=1"]
+        args.append("--max_episode_steps=60")
+    if args[0] in ("train_appo.py", "enjoy.py"):
+        args.append(f"--train_dir={train_dir}")
+    else:  # appo.plot takes run folders
+        args = [a if not a.startswith("train_dir/") else str(train_dir / a.split("/", 1)[1]) for a in args]
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**__import__("os").environ, "MUJOCO_GL": "egl"},
+    )
+    try:
+        out, _ = proc.communicate(timeout=170)
+    finally:
+        orphans = _kill_group(proc.pid)
+    assert not orphans, f"{command} left {orphans}"
+    return subprocess.CompletedProcess(args, proc.returncode, out, "")
+
+
+def test_readme_has_the_two_setup_commands_first():
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert "pip install torch==2.13.0" in blocks[0] and "train_appo.py --env=ant_dir" in blocks[0]
+    assert "pip install -e '.[test]'" in blocks[1] and "pytest" in blocks[1]
+
+
+@pytest.mark.timeout(900)
+def test_every_readme_command_runs(tmp_path):
+    commands = readme_commands()
+    assert len(commands) >= 7, commands
+    # Training commands first, so enjoy and plot find their runs.
+    ordered = sorted(commands, key=lambda c: "train_appo.py" not in c)
+    for command in ordered:
+        result = run(command, tmp_path)
+        assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stdout[-3000:]}"
