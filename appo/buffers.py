@@ -81,3 +81,19 @@ def first_slot(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, grou
 def numpy_views(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """numpy views on the same shared memory (the actor's hot loop is numpy)."""
     return {name: tensor.numpy() for name, tensor in tensors.items()}
+
+
+def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
+    """Small shared arrays for supervision, outside the trajectory table:
+    - heartbeats [num_workers] float64: wall time of each actor worker's last loop (0 before its first);
+    - group_at_learner [num_groups] uint8: 1 while a slot group is handed to the learner. A restarted actor
+      worker takes as free only the groups that are not with the learner."""
+    num_groups = derived.num_splits_total * derived.slot_groups_per_split
+    return {
+        "heartbeats": torch.zeros(cfg.num_workers, dtype=torch.float64).share_memory_(),
+        "group_at_learner": torch.zeros(num_groups, dtype=torch.uint8).share_memory_(),
+    }
+
+
+def group_index(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, group_idx: int) -> int:
+    return (worker_idx * cfg.worker_num_splits + split_idx) * derived.slot_groups_per_split + group_idx

@@ -34,13 +34,18 @@ class InferenceRequest(NamedTuple):
     first_slot: int
     num_envs: int
     t: int
+    incarnation: int = 0  # which start of this actor worker asked (a restarted worker ignores old replies)
 
 
 class ActionsReady(NamedTuple):
-    """Actions (and log-probs, values, next rnn states) for that split are written into its slots."""
+    """Actions (and log-probs, values, next rnn states) for that split are written into its slots. Echoes
+    the request's position and incarnation, so a stale or duplicate reply is recognised and dropped."""
 
     worker_idx: int
     split_idx: int
+    first_slot: int = 0
+    t: int = 0
+    incarnation: int = 0
 
 
 class TrajectoryReady(NamedTuple):

@@ -10,19 +10,21 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
 import torch
 
-from appo.buffers import allocate_trajectories
+from appo.buffers import allocate_control, allocate_trajectories
 from appo.cfg import Cfg, cfg_to_dict, derive, experiment_dir, resolve_device, verify_or_exit
 from appo.learning.param_sync import ParamStore
 from appo.messages import ErrorReport, EvalReport, EvalRequest, ReturnSummary, Stop
 from appo.model import make_model
-from appo.processes import process_title, set_process_title, spawn_context, start_process, stop_processes
+from appo.processes import process_title, set_process_title, spawn_context, stop_processes
 from appo.stats import Stats, SummaryWriters, eval_line
-from appo.wiring import Queues, close_all, send, wire
+from appo.supervision import Supervisor
+from appo.wiring import Queues, actor_inbox, close_all, send, wire
 from envs import UnknownEnvError, make_run_env
 from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, log_path
@@ -147,63 +149,70 @@ def run(cfg: Cfg) -> int:
         device,
     )
     buffers = allocate_trajectories(cfg, derived, *spaces)
+    control = allocate_control(cfg, derived)
     if cfg.serial_mode:
         from appo.serial import run_serial
 
-        return run_serial(cfg, derived, exp_dir, spaces, buffers, device, Driver(cfg, exp_dir))
+        return run_serial(cfg, derived, exp_dir, spaces, buffers, control, device, Driver(cfg, exp_dir))
     ctx = spawn_context()
     template = make_model(cfg, *spaces)
     params = [ParamStore(template, ctx) for _ in range(cfg.num_policies)]
     queues = wire(cfg.num_workers, cfg.num_policies)
     driver = Driver(cfg, exp_dir)
-    groups = spawn_all(ctx, cfg, derived, exp_dir, spaces, buffers, params, device, queues)
-    return supervise(cfg, driver, queues, groups)
+    sup = spawn_all(ctx, cfg, derived, exp_dir, spaces, buffers, control, params, device, queues)
+    return supervise(cfg, driver, queues, sup)
 
 
 def spawn_all(
-    ctx: Any, cfg: Cfg, derived: Any, exp_dir: Any, spaces: Any, buffers: Any, params: list, device: str, queues: Queues
-) -> dict[str, list[Any]]:
-    """Start learners first (they publish weights), then policy workers, then actor workers."""
+    ctx: Any,
+    cfg: Cfg,
+    derived: Any,
+    exp_dir: Any,
+    spaces: Any,
+    buffers: Any,
+    control: Any,
+    params: list,
+    device: str,
+    queues: Queues,
+) -> Supervisor:
+    """Start learners first (they publish weights), then policy workers, actor workers, the evaluator."""
     from appo.learning.learner import run_learner
     from appo.sampling.actor_worker import run_actor_worker
     from appo.sampling.policy_worker import run_policy_worker
 
-    learners = [
-        start_process(
-            ctx,
-            run_learner,
-            (cfg, derived, p, buffers, params[p], spaces, checkpoint_dir(exp_dir, p), device, queues),
-            f"learner_{p}",
+    sup = Supervisor(ctx, control["heartbeats"], queues.incarnations, cfg.worker_stuck_timeout)
+    for p in range(cfg.num_policies):
+        ckpt = checkpoint_dir(exp_dir, p)
+        args = (cfg, derived, p, buffers, params[p], spaces, ckpt, device, control, queues)
+        sup.add("learners", f"learner_{p}", run_learner, lambda _inc, a=args: a)
+    for p in range(cfg.num_policies):
+        for i in range(cfg.policy_workers_per_policy):
+            args = (cfg, derived, p, i, buffers, params[p], spaces, device, queues)
+            sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a)
+    for w in range(cfg.num_workers):
+        sup.add(
+            "actors",
+            f"actor_worker_{w}",
+            run_actor_worker,
+            lambda inc, w=w: (cfg, derived, w, buffers, control, inc, queues),
+            True,
         )
-        for p in range(cfg.num_policies)
-    ]
-    policy_workers = [
-        start_process(
-            ctx,
-            run_policy_worker,
-            (cfg, derived, p, i, buffers, params[p], spaces, device, queues),
-            f"policy_worker_{p}_{i}",
-        )
-        for p in range(cfg.num_policies)
-        for i in range(cfg.policy_workers_per_policy)
-    ]
-    actors = [
-        start_process(ctx, run_actor_worker, (cfg, derived, w, buffers, queues), f"actor_worker_{w}")
-        for w in range(cfg.num_workers)
-    ]
-    evaluators = []
     if cfg.eval_interval > 0 or (cfg.task_schedule != "none" and cfg.meta_test_interval > 0):
         from appo.evaluator import run_evaluator
 
-        evaluators.append(start_process(ctx, run_evaluator, (cfg, spaces, params, queues), "evaluator"))
-    return {"actors": actors, "policy_workers": policy_workers, "learners": learners, "evaluators": evaluators}
+        sup.add("evaluators", "evaluator", run_evaluator, lambda _inc: (cfg, spaces, params, queues))
+    return sup
 
 
-def supervise(cfg: Cfg, driver: Driver, queues: Queues, groups: dict[str, list[Any]]) -> int:
+def supervise(cfg: Cfg, driver: Driver, queues: Queues, sup: Supervisor) -> int:
     """The driver's loop: reports in, status out, until a stop criterion, a signal or a failure."""
     received: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
+        if received:  # a second Ctrl-C: no more waiting, but no orphans either
+            log.warning("second signal: killing every process now")
+            sup.kill_all()
+            os._exit(130)
         received.append(signum)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -216,13 +225,12 @@ def supervise(cfg: Cfg, driver: Driver, queues: Queues, groups: dict[str, list[A
                 msgs = []
             driver.on_messages(msgs)
             send(driver.tick(), queues)
-            dead = [p.name for g in groups.values() for p in g if p.exitcode is not None]
-            if dead and not driver.errors:
-                driver.errors.append(f"process exited unexpectedly: {', '.join(dead)}")
+            driver.errors += [] if driver.errors else sup.check()
+            driver.stats.restarts = sup.restarts
             reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
         log.info("stopping: %s", reason)
     finally:
-        shutdown(queues, groups, driver)
+        shutdown(queues, sup, driver)
         for s, handler in previous.items():
             signal.signal(s, handler)
     for error in driver.errors:
@@ -243,22 +251,23 @@ def final_evaluation(driver: Driver, queues: Queues, timeout: float = 120.0) -> 
             pass
 
 
-def shutdown(queues: Queues, groups: dict[str, list[Any]], driver: Driver) -> None:
+def shutdown(queues: Queues, sup: Supervisor, driver: Driver) -> None:
     """Stop actors, then policy workers, then learners (which save a final checkpoint), then the evaluator."""
     stop = Stop("driver")
-    for name, targets in (
-        ("actors", queues.actor_inboxes),
+    for kind, targets in (
+        ("actors", [actor_inbox(queues, w) for w in range(len(queues.actor_inboxes))]),
         ("policy_workers", queues.policy_queues),
         ("learners", queues.learner_queues),
         ("evaluators", [queues.eval_queue]),
     ):
-        if name == "evaluators" and groups[name] and not driver.errors:
+        processes = sup.of_kind(kind)
+        if kind == "evaluators" and processes and not driver.errors:
             # The learners have saved and published their last weights: evaluate exactly those.
             final_evaluation(driver, queues)
         for target in targets:
-            for _ in range(len(groups[name]) if name == "policy_workers" else 1):
+            for _ in range(len(processes) if kind == "policy_workers" else 1):
                 _put_quietly(target, stop)
-        forced = stop_processes(groups[name], timeout=30.0 if name == "learners" else 10.0)
+        forced = stop_processes(processes, timeout=30.0 if kind == "learners" else 10.0)
         if forced:
             log.warning("had to terminate: %s", ", ".join(forced))
         try:
@@ -269,8 +278,16 @@ def shutdown(queues: Queues, groups: dict[str, list[Any]], driver: Driver) -> No
     close_all(queues)
 
 
-def _put_quietly(queue: Any, msg: Any) -> None:
-    try:
-        queue.put(msg, timeout=1.0)
-    except Exception as exc:  # a full or broken queue must not stop the shutdown of the rest
-        log.warning("could not deliver %r: %s", msg, exc)
+def _put_quietly(queue: Any, msg: Any, timeout: float = 2.0) -> None:
+    """Deliver `msg` if that works within `timeout`. In a thread: a queue whose reader was killed can block
+    its writers for good, and the shutdown of everything else must not wait on it."""
+
+    def put() -> None:
+        try:
+            queue.put(msg, timeout=timeout)
+        except Exception as exc:  # a full or broken queue: the process is terminated after its join timeout
+            log.warning("could not deliver %r: %s", msg, exc)
+
+    thread = threading.Thread(target=put, daemon=True)
+    thread.start()
+    thread.join(timeout)

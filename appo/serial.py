@@ -16,17 +16,19 @@ from appo.model import make_model
 from appo.processes import limit_threads
 from appo.sampling.actor_worker import ActorWorker
 from appo.sampling.policy_worker import PolicyWorker
-from appo.wiring import send, wire
+from appo.wiring import actor_inbox, send, wire
 from utils.logging import log
 from utils.paths import checkpoint_dir
 
 
-def run_serial(cfg: Cfg, derived: Derived, exp_dir: Any, spaces: Any, buffers: Any, device: str, driver: Any) -> int:
+def run_serial(
+    cfg: Cfg, derived: Derived, exp_dir: Any, spaces: Any, buffers: Any, control: Any, device: str, driver: Any
+) -> int:
     _limits = limit_threads(1)
     queues = wire(cfg.num_workers, cfg.num_policies, local=True)
     params = [ParamStore(make_model(cfg, *spaces)) for _ in range(cfg.num_policies)]
     learners = [
-        Learner(cfg, derived, p, buffers, params[p], spaces, checkpoint_dir(exp_dir, p), device)
+        Learner(cfg, derived, p, buffers, params[p], spaces, checkpoint_dir(exp_dir, p), device, control)
         for p in range(cfg.num_policies)
     ]
     for learner in learners:
@@ -34,7 +36,7 @@ def run_serial(cfg: Cfg, derived: Derived, exp_dir: Any, spaces: Any, buffers: A
     policy_workers = [
         PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device) for p in range(cfg.num_policies)
     ]
-    actors = [ActorWorker(cfg, derived, w, buffers) for w in range(cfg.num_workers)]
+    actors = [ActorWorker(cfg, derived, w, buffers, control) for w in range(cfg.num_workers)]
     evaluator = Evaluator(cfg, spaces, params) if driver.eval_interval > 0 else None
     received: list[int] = []
     previous = {
@@ -79,7 +81,7 @@ def step_all(actors: list, policy_workers: list, learners: list, queues: Any, dr
         send(worker.infer(queues.policy_queues[worker.policy_id].get_many()), queues)
     for actor in actors:
         out: list[Any] = []
-        for msg in queues.actor_inboxes[actor.worker_idx].get_many():
+        for msg in actor_inbox(queues, actor.worker_idx).get_many():
             out += actor.handle(msg)
         send(out + actor.reports(), queues)
     for learner in learners:
@@ -89,6 +91,7 @@ def step_all(actors: list, policy_workers: list, learners: list, queues: Any, dr
         while (batch := learner.next_batch()) is not None:
             report = learner.train(batch)
             learner.maybe_save()
+            learner.batcher.mark_released(batch.releases)
             send([report, *batch.releases], queues)
     driver.on_messages(queues.driver_queue.get_many())
     send(driver.tick(), queues)

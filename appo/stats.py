@@ -48,6 +48,7 @@ class Stats:
     def __init__(self, num_policies: int) -> None:
         self.policies = [PolicyStats() for _ in range(num_policies)]
         self.history: deque[tuple[float, int]] = deque()  # (time, total env steps)
+        self.restarts = 0  # actor and policy workers started again by the driver
 
     def on_report(self, msg: Any) -> None:
         if type(msg) is EpisodeReport:
@@ -147,6 +148,7 @@ class SummaryWriters:
                 group = "perf" if key.startswith("policy_lag") or key == "dropped_trajectories" else "train"
                 writer.add_scalar(f"{group}/{key}", value, step)
             writer.add_scalar("train/version", p.version, step)
+            writer.add_scalar("stats/worker_restarts", stats.restarts, step)
 
     @staticmethod
     def write_eval(writer: Any, report: EvalReport) -> None:

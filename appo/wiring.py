@@ -1,8 +1,8 @@
 """Every queue of a run, who writes to it and who reads from it: the one place that connects components.
 
     queue                     readers                         writers
-    actor_inboxes[w]          actor worker w                  policy workers (ActionsReady), learners
-                                                              (SlotsReleased), driver (Stop)
+    actor_inboxes[w][k]       actor worker w, incarnation k   policy workers (ActionsReady), learners
+                              (k modulo INBOX_SPARES)          (SlotsReleased), driver (Stop)
     policy_queues[p]          policy workers of policy p      actor workers (InferenceRequest), driver (Stop)
     learner_queues[p]         learner of policy p             actor workers (TrajectoryReady), driver
                                                               (ReturnSummary, Stop)
@@ -32,6 +32,10 @@ from appo.messages import (
 )
 
 QUEUE_BYTES = 4 * 1024 * 1024
+INBOX_BYTES = 256 * 1024
+# A restarted actor worker gets a fresh inbox: a process killed while waiting on a process-shared condition
+# variable can leave it so that the next writer blocks forever (glibc), so the old inbox is abandoned.
+INBOX_SPARES = 8
 
 
 class LocalQueue:
@@ -57,7 +61,8 @@ class LocalQueue:
 
 
 class Queues(NamedTuple):
-    actor_inboxes: list[Any]
+    actor_inboxes: list[list[Any]]  # [worker][incarnation % INBOX_SPARES]
+    incarnations: Any  # shared int64 [num_workers]: the current start of each actor worker
     policy_queues: list[Any]
     learner_queues: list[Any]
     eval_queue: Any
@@ -66,16 +71,22 @@ class Queues(NamedTuple):
 
 def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
     """Create every queue of a run (faster-fifo across processes, LocalQueue in serial mode)."""
+    import torch
+
+    spares = 1 if local else INBOX_SPARES
     if local:
-        make = LocalQueue
+
+        def make(max_size_bytes: int = 0) -> Any:
+            return LocalQueue()
     else:
         import faster_fifo
 
-        def make() -> Any:
-            return faster_fifo.Queue(max_size_bytes=QUEUE_BYTES)
+        def make(max_size_bytes: int = QUEUE_BYTES) -> Any:
+            return faster_fifo.Queue(max_size_bytes=max_size_bytes)
 
     return Queues(
-        actor_inboxes=[make() for _ in range(num_workers)],
+        actor_inboxes=[[make(INBOX_BYTES) for _ in range(spares)] for _ in range(num_workers)],
+        incarnations=torch.zeros(num_workers, dtype=torch.int64).share_memory_(),
         policy_queues=[make() for _ in range(num_policies)],
         learner_queues=[make() for _ in range(num_policies)],
         eval_queue=make(),
@@ -88,8 +99,11 @@ def route(msg: Any, queues: Queues) -> Any:
     kind = type(msg)
     if kind is InferenceRequest:
         return queues.policy_queues[msg.policy_id]
-    if kind is ActionsReady or kind is SlotsReleased:
-        return queues.actor_inboxes[msg.worker_idx]
+    if kind is ActionsReady:  # to the incarnation that asked
+        inboxes = queues.actor_inboxes[msg.worker_idx]
+        return inboxes[msg.incarnation % len(inboxes)]
+    if kind is SlotsReleased:
+        return actor_inbox(queues, msg.worker_idx)
     if kind is TrajectoryReady or kind is ReturnSummary:
         return queues.learner_queues[msg.policy_id]
     if kind in (EpisodeReport, TrainReport, ErrorReport, EvalReport):
@@ -114,9 +128,15 @@ def send(msgs: list[Any], queues: Queues) -> None:
         queue.put_many(batch)
 
 
+def actor_inbox(queues: Queues, worker_idx: int) -> Any:
+    """The inbox of the current incarnation of actor worker `worker_idx`."""
+    inboxes = queues.actor_inboxes[worker_idx]
+    return inboxes[int(queues.incarnations[worker_idx]) % len(inboxes)]
+
+
 def close_all(queues: Queues) -> None:
     for queue in [
-        *queues.actor_inboxes,
+        *[q for inboxes in queues.actor_inboxes for q in inboxes],
         *queues.policy_queues,
         *queues.learner_queues,
         queues.eval_queue,

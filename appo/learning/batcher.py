@@ -30,8 +30,17 @@ class Batch(NamedTuple):
 
 
 class Batcher:
-    def __init__(self, buffers: dict[str, torch.Tensor], trajectories_per_batch: int, device: str) -> None:
+    def __init__(
+        self,
+        buffers: dict[str, torch.Tensor],
+        trajectories_per_batch: int,
+        device: str,
+        group_at_learner: torch.Tensor | None = None,
+        groups_per_worker_split: tuple[int, int] = (1, 1),
+    ) -> None:
         self.buf = buffers
+        self.at_learner = group_at_learner
+        self.num_splits, self.groups_per_split = groups_per_worker_split
         self.needed = trajectories_per_batch
         self.device = device
         self.pending: deque[list] = deque()  # [TrajectoryReady, number of its trajectories already taken]
@@ -70,3 +79,11 @@ class Batcher:
         tensors = {k: self.buf[k][index].to(self.device, non_blocking=True) for k in BATCH_KEYS}
         dropped = int((~keep).sum())
         return Batch(tensors, self.needed * T, dropped, lag.flatten(), releases)
+
+    def mark_released(self, releases: list[SlotsReleased]) -> None:
+        """Record that these groups leave the learner (just before SlotsReleased is sent), so that an actor
+        worker restarted in between knows they are free."""
+        if self.at_learner is None:
+            return
+        for r in releases:
+            self.at_learner[(r.worker_idx * self.num_splits + r.split_idx) * self.groups_per_split + r.group_idx] = 0

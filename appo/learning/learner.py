@@ -43,6 +43,7 @@ class Learner:
         spaces: tuple[gym.Space, gym.Space],
         ckpt_dir: Path,
         device: str,
+        control: dict[str, torch.Tensor] | None = None,
     ) -> None:
         self.cfg, self.derived, self.policy_id, self.params = cfg, derived, policy_id, params
         self.ckpt_dir, self.device = ckpt_dir, device
@@ -50,7 +51,13 @@ class Learner:
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
         )
-        self.batcher = Batcher(buffers, derived.trajectories_per_iteration, device)
+        self.batcher = Batcher(
+            buffers,
+            derived.trajectories_per_iteration,
+            device,
+            control["group_at_learner"] if control is not None else None,
+            (cfg.worker_num_splits, derived.slot_groups_per_split),
+        )
         self.version = 0
         self.env_steps = 0
         self.dropped = 0
@@ -311,6 +318,8 @@ def learner_loop(learner: Learner, queues: Queues) -> None:
                 report = learner.train(batch)
                 learner.maybe_save()
                 # Sync mode: slots go back only now, so that every new sample is taken with new weights.
+                if not learner.cfg.async_rl:
+                    learner.batcher.mark_released(batch.releases)
                 outbox.put([report] + ([] if learner.cfg.async_rl else batch.releases))
         except BaseException as exc:  # surfaced in the main thread, which reports and exits
             failure.append(exc)
@@ -332,6 +341,7 @@ def learner_loop(learner: Learner, queues: Queues) -> None:
                     learner.handle(msg)
             while not stopping and thread.is_alive() and (batch := learner.next_batch()) is not None:
                 if learner.cfg.async_rl:
+                    learner.batcher.mark_released(batch.releases)
                     send(batch.releases, queues)
                 _put_until(batches, batch, outbox, queues)
             _drain(outbox, queues)
@@ -373,13 +383,14 @@ def run_learner(
     spaces: tuple[gym.Space, gym.Space],
     ckpt_dir: Path,
     device: str,
+    control: dict[str, torch.Tensor],
     queues: Queues,
 ) -> None:
     """Process entry point of the learner of policy `policy_id`."""
 
     def body() -> None:
         torch.manual_seed(cfg.seed + policy_id)
-        learner = Learner(cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device)
+        learner = Learner(cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control)
         learner.init()
         try:
             learner_loop(learner, queues)

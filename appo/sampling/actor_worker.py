@@ -18,20 +18,31 @@ from appo.cfg import Cfg, Derived
 from appo.messages import ActionsReady, EpisodeReport, SlotsReleased, Stop
 from appo.processes import component_main
 from appo.sampling.env_runner import EnvRunner
-from appo.wiring import Queues, send
+from appo.wiring import Queues, actor_inbox, send
 from envs import make_run_env
 from utils.timing import Timing
 
 EPISODE_REPORT_SECONDS = 1.0
+REQUEST_TIMEOUT = 10.0  # seconds before an unanswered InferenceRequest is sent again
 
 
 class ActorWorker:
-    def __init__(self, cfg: Cfg, derived: Derived, worker_idx: int, buffers: dict[str, torch.Tensor]) -> None:
+    def __init__(
+        self,
+        cfg: Cfg,
+        derived: Derived,
+        worker_idx: int,
+        buffers: dict[str, torch.Tensor],
+        control: dict[str, torch.Tensor] | None = None,
+        incarnation: int = 0,
+    ) -> None:
         self.cfg, self.worker_idx = cfg, worker_idx
         env_fn = partial(make_run_env, cfg)
         views = numpy_views(buffers)
+        self.control = numpy_views(control) if control is not None else None
         self.runners = [
-            EnvRunner(cfg, derived, worker_idx, split, views, env_fn) for split in range(cfg.worker_num_splits)
+            EnvRunner(cfg, derived, worker_idx, split, views, env_fn, self.control, incarnation)
+            for split in range(cfg.worker_num_splits)
         ]
         self.timing = Timing()
         self.last_report = time.monotonic()
@@ -52,7 +63,7 @@ class ActorWorker:
     def handle(self, msg: Any) -> list[Any]:
         if type(msg) is ActionsReady:
             with self.timing.add_time("env_step"):
-                return self.runners[msg.split_idx].on_actions()
+                return self.runners[msg.split_idx].on_actions(msg)
         if type(msg) is SlotsReleased:
             return self.runners[msg.split_idx].on_slots_released(msg.group_idx)
         raise TypeError(f"actor worker {self.worker_idx}: unexpected message {msg!r}")
@@ -72,13 +83,22 @@ class ActorWorker:
             if eps
         ]
 
+    def heartbeat(self) -> list[Any]:
+        """Stamp the heartbeat the driver watches; re-send requests whose reply is overdue (a policy worker
+        that died takes its pending requests with it)."""
+        now = time.monotonic()
+        if self.control is not None:
+            self.control["heartbeats"][self.worker_idx] = time.time()
+        return [m for runner in self.runners for m in runner.resend_if_stale(now, REQUEST_TIMEOUT)]
+
     def close(self) -> None:
         for runner in self.runners:
             runner.close()
 
 
 def actor_worker_loop(worker: ActorWorker, queues: Queues) -> None:
-    inbox = queues.actor_inboxes[worker.worker_idx]
+    inbox = actor_inbox(queues, worker.worker_idx)
+    worker.heartbeat()
     send(worker.init(), queues)
     while True:
         with worker.timing.add_time("wait"):
@@ -93,16 +113,23 @@ def actor_worker_loop(worker: ActorWorker, queues: Queues) -> None:
                 return
             out += worker.handle(msg)
         out += worker.reports()
+        out += worker.heartbeat()
         send(out, queues)
 
 
 def run_actor_worker(
-    cfg: Cfg, derived: Derived, worker_idx: int, buffers: dict[str, torch.Tensor], queues: Queues
+    cfg: Cfg,
+    derived: Derived,
+    worker_idx: int,
+    buffers: dict[str, torch.Tensor],
+    control: dict[str, torch.Tensor],
+    incarnation: int,
+    queues: Queues,
 ) -> None:
-    """Process entry point of actor worker `worker_idx`."""
+    """Process entry point of actor worker `worker_idx` (its `incarnation`-th start)."""
 
     def body() -> None:
-        worker = ActorWorker(cfg, derived, worker_idx, buffers)
+        worker = ActorWorker(cfg, derived, worker_idx, buffers, control, incarnation)
         try:
             actor_worker_loop(worker, queues)
         finally:

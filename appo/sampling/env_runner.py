@@ -9,6 +9,7 @@ actor worker steps its other split.
 from __future__ import annotations
 
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,12 @@ import numpy as np
 
 from appo.buffers import first_slot
 from appo.cfg import Cfg, Derived
-from appo.messages import InferenceRequest, TrajectoryReady
+from appo.messages import ActionsReady, InferenceRequest, TrajectoryReady
+from utils.logging import log
+
+
+# Distinct env errors already logged by this process: each is logged once with its traceback.
+SEEN_ERRORS: set[str] = set()
 
 
 class EnvRunner:
@@ -30,6 +36,8 @@ class EnvRunner:
         split_idx: int,
         buffers: dict[str, np.ndarray],
         env_fn: Callable[[int], gym.Env],
+        control: dict[str, np.ndarray] | None = None,
+        incarnation: int = 0,
     ) -> None:
         self.cfg, self.derived = cfg, derived
         self.worker_idx, self.split_idx = worker_idx, split_idx
@@ -37,7 +45,11 @@ class EnvRunner:
         self.env_fn = env_fn
         self.num_envs = derived.envs_per_split
         self.policy_id = (worker_idx * cfg.worker_num_splits + split_idx) % cfg.num_policies
-        self.free_groups: deque[int] = deque(range(derived.slot_groups_per_split))
+        self.incarnation = incarnation
+        self.at_learner = control["group_at_learner"] if control is not None else None
+        groups = range(derived.slot_groups_per_split)
+        # A restarted worker must not refill groups the learner still holds: they come back by SlotsReleased.
+        self.free_groups: deque[int] = deque(g for g in groups if not self._with_learner(g))
         self.group = -1
         self.first = -1
         self.t = 0
@@ -48,6 +60,16 @@ class EnvRunner:
         self.finished: list[tuple[float, int, dict | None]] = []  # (return, length, trial info)
         self.next_obs: np.ndarray | None = None
         self.next_rnn: np.ndarray | None = None
+        self.requested_at: float | None = None  # monotonic time of the outstanding InferenceRequest
+        self.env_errors = np.zeros(self.num_envs, dtype=np.int64)  # consecutive failures per env
+
+    def _group_key(self, group_idx: int) -> int:
+        return (self.worker_idx * self.cfg.worker_num_splits + self.split_idx) * self.derived.slot_groups_per_split + (
+            group_idx
+        )
+
+    def _with_learner(self, group_idx: int) -> bool:
+        return self.at_learner is not None and bool(self.at_learner[self._group_key(group_idx)])
 
     # --- start --------------------------------------------------------------------------------------
     def init(self, seed: int) -> list[Any]:
@@ -91,11 +113,32 @@ class EnvRunner:
         return [self._request()]
 
     def _request(self) -> InferenceRequest:
-        return InferenceRequest(self.policy_id, self.worker_idx, self.split_idx, self.first, self.num_envs, self.t)
+        self.requested_at = time.monotonic()
+        return InferenceRequest(
+            self.policy_id, self.worker_idx, self.split_idx, self.first, self.num_envs, self.t, self.incarnation
+        )
+
+    def is_reply(self, msg: ActionsReady) -> bool:
+        """Whether `msg` answers the request outstanding now (not a stale or duplicate reply)."""
+        return (
+            self.requested_at is not None
+            and msg.first_slot == self.first
+            and msg.t == self.t
+            and msg.incarnation == self.incarnation
+        )
+
+    def resend_if_stale(self, now: float, timeout: float) -> list[Any]:
+        """Ask again when a reply is overdue (its policy worker died with the request)."""
+        if self.requested_at is not None and now - self.requested_at > timeout:
+            return [self._request()]
+        return []
 
     # --- the hot loop -------------------------------------------------------------------------------
-    def on_actions(self) -> list[Any]:
+    def on_actions(self, msg: ActionsReady) -> list[Any]:
         """Step every env of the split with its action; returns the messages this step produces."""
+        if not self.is_reply(msg):
+            return []
+        self.requested_at = None
         buf, t, n = self.buf, self.t, self.num_envs
         slots = slice(self.first, self.first + n)
         actions = buf["actions"][slots, t]
@@ -109,17 +152,28 @@ class EnvRunner:
         truncs = np.zeros(n, dtype=np.float32)
         obs_out = buf["obs"]
         trials: dict[int, dict] = {}
+        failed: list[int] = []
         for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, info = env.step(actions[i])
+            try:
+                obs, reward, terminated, truncated, info = env.step(actions[i])
+                if terminated or truncated:
+                    obs, _ = env.reset()
+                    dones[i] = 1.0
+                    truncs[i] = float(truncated and not terminated)
+                    if "trial" in info:
+                        trials[i] = info["trial"]
+            except Exception as exc:  # a broken env must not take the worker (and the run) down
+                obs, reward = self._recover_env(i, exc), 0.0
+                dones[i] = truncs[i] = 1.0  # cut the episode; bootstrap it like a time limit
+                failed.append(i)
             rewards[i] = reward
-            if terminated or truncated:
-                dones[i] = 1.0
-                truncs[i] = float(truncated and not terminated)
-                if "trial" in info:
-                    trials[i] = info["trial"]
-                obs, _ = env.reset()
             obs_out[self.first + i, t + 1] = obs
-        self._record_episodes(rewards, dones, trials)
+        if failed or self.env_errors.any():
+            ok = np.ones(n, dtype=bool)
+            ok[failed] = False
+            self.env_errors[~ok] += 1
+            self.env_errors[ok] = 0
+        self._record_episodes(rewards, dones, trials, failed)
         buf["rewards"][slots, t] = self._shape_rewards(rewards)
         buf["dones"][slots, t] = dones
         buf["truncated"][slots, t] = truncs
@@ -131,15 +185,46 @@ class EnvRunner:
             return [self._request()]
         return self._finish_rollout()
 
+    def _recover_env(self, i: int, exc: Exception) -> np.ndarray:
+        """Log the error (once per distinct one), rebuild the env and return its first observation. More than
+        `max_env_errors` failures in a row of one env fail the run with a clear message."""
+        key = f"{type(exc).__name__}: {exc}"
+        if key not in SEEN_ERRORS:
+            SEEN_ERRORS.add(key)
+            log.error(
+                "worker %d env %d raised %s (env rebuilt, episode dropped)\n%s",
+                self.worker_idx,
+                i,
+                key,
+                "".join(traceback.format_exception(exc)),
+            )
+        if self.env_errors[i] + 1 > self.cfg.max_env_errors:
+            raise RuntimeError(
+                f"env {i} of worker {self.worker_idx} failed {self.env_errors[i] + 1} times in a row "
+                f"(--max_env_errors={self.cfg.max_env_errors}); last error: {key}"
+            ) from exc
+        try:
+            self.envs[i].close()
+        except Exception:  # the broken env may not even close; it is replaced anyway
+            pass
+        first_env = (self.worker_idx * self.cfg.worker_num_splits + self.split_idx) * self.num_envs
+        self.envs[i] = self.env_fn(first_env + i)
+        obs, _ = self.envs[i].reset()
+        return obs
+
     def _finish_rollout(self) -> list[Any]:
         slots = slice(self.first, self.first + self.num_envs)
         T = self.cfg.rollout
         self.next_obs = self.buf["obs"][slots, T].copy()
         self.next_rnn = self.buf["rnn_states"][slots, T].copy()
+        if self.at_learner is not None:
+            self.at_learner[self._group_key(self.group)] = 1  # ownership moves with the message below
         ready = TrajectoryReady(self.policy_id, self.worker_idx, self.split_idx, self.group, self.first, self.num_envs)
         return [ready, *self._start_rollout()]
 
     def on_slots_released(self, group_idx: int) -> list[Any]:
+        if group_idx in self.free_groups or (group_idx == self.group and not self.is_parked):
+            return []  # a restarted worker already took it as free
         self.free_groups.append(group_idx)
         return self._start_rollout() if self.is_parked else []
 
@@ -151,12 +236,15 @@ class EnvRunner:
             rewards = np.clip(rewards, -self.cfg.reward_clip, self.cfg.reward_clip)
         return rewards
 
-    def _record_episodes(self, rewards: np.ndarray, dones: np.ndarray, trials: dict[int, dict]) -> None:
+    def _record_episodes(
+        self, rewards: np.ndarray, dones: np.ndarray, trials: dict[int, dict], failed: list[int]
+    ) -> None:
         self.ep_returns += rewards
         self.ep_lengths += 1
         if dones.any():
             for i in np.flatnonzero(dones):
-                self.finished.append((float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i))))
+                if int(i) not in failed:  # an episode cut by an env error is not a result
+                    self.finished.append((float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i))))
             self.ep_returns[dones > 0] = 0.0
             self.ep_lengths[dones > 0] = 0
 

@@ -76,7 +76,7 @@ class PolicyWorker:
                     buf["rnn_states"][s, t + 1] = rnn_out[start:end]
                 start = end
         self.samples += start
-        return [ActionsReady(r.worker_idx, r.split_idx) for r in requests]
+        return [ActionsReady(r.worker_idx, r.split_idx, r.first_slot, r.t, r.incarnation) for r in requests]
 
 
 def policy_worker_loop(worker: PolicyWorker, queues: Queues) -> None:

@@ -1,0 +1,180 @@
+"""Fault tolerance with real processes: workers killed with SIGKILL, envs that raise or hang, SIGTERM,
+a learner killed mid-run and a torn newest checkpoint, each followed by what a user would see."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from appo.checkpoint import list_checkpoints
+from tests.conftest import ROOT, _kill_group, run_script
+
+FAST = [
+    "--env=CartPole-v1",
+    "--num_workers=2",
+    "--num_envs_per_worker=4",
+    "--rollout=16",
+    "--batch_size=256",
+    "--report_interval=1",
+    "--save_every_sec=2",
+]
+
+
+def start(args: list[str], env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "train_appo.py", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def find(title: str, timeout: float = 60) -> psutil.Process:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in psutil.process_iter():
+            try:
+                if title in " ".join(p.cmdline()):
+                    return p
+            except psutil.Error:
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no process {title}")
+
+
+def steps_in(log: Path) -> int:
+    found = re.findall(r"INFO steps (\d+)", log.read_text())
+    return int(found[-1]) if found else 0
+
+
+def finish(proc: subprocess.Popen, timeout: float = 90) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        orphans = _kill_group(proc.pid)
+    assert not orphans, f"orphans: {orphans}"
+    return out
+
+
+def test_killed_actor_worker_is_replaced_and_training_goes_on(train_dir):
+    proc = start([*FAST, f"--train_dir={train_dir}", "--experiment=k", "--train_for_seconds=40"])
+    log = train_dir / "k" / "log.txt"
+    find("appo:k:actor_worker_0").kill()
+    deadline = time.monotonic() + 30
+    while "starting it again" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    before = steps_in(log)
+    time.sleep(8)
+    assert steps_in(log) > before + 5000, "training did not go on after the restart"
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    assert "actor_worker_0 killed by signal 9: starting it again" in log.read_text()
+    acc = EventAccumulator(str(train_dir / "k" / "summaries" / "0"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert acc.Scalars("stats/worker_restarts")[-1].value >= 1
+
+
+def test_env_errors_are_survived_and_logged_once(train_dir):
+    run_script(
+        "train_appo.py",
+        [
+            "--env=tests.support.faulty_envs:FlakyEnv",
+            *FAST[1:],
+            f"--train_dir={train_dir}",
+            "--experiment=flaky",
+            "--train_for_env_steps=30000",
+        ],
+        check=True,
+    )
+    text = (train_dir / "flaky" / "log.txt").read_text()
+    assert text.count("flaky env: simulated physics blow-up (env rebuilt, episode dropped)") == 2  # one per worker
+    assert "stopping: reached 30000 env steps" in text
+
+
+def test_env_failing_every_step_fails_the_run_clearly(train_dir):
+    result = run_script(
+        "train_appo.py",
+        [
+            "--env=tests.support.faulty_envs:BrokenEnv",
+            *FAST[1:],
+            f"--train_dir={train_dir}",
+            "--experiment=broken",
+            "--max_env_errors=3",
+        ],
+    )
+    assert result.returncode == 1
+    assert "failed 4 times in a row (--max_env_errors=3); last error: ValueError: broken env" in result.stdout
+
+
+def test_hanging_env_worker_is_replaced(train_dir, tmp_path):
+    flag = tmp_path / "hung"
+    proc = start(
+        [
+            "--env=tests.support.faulty_envs:HangOnceEnv",
+            *FAST[1:],
+            f"--train_dir={train_dir}",
+            "--experiment=hang",
+            "--worker_stuck_timeout=4",
+            "--train_for_seconds=35",
+        ],
+        env={"APPO_TEST_HANG_FLAG": str(flag)},
+    )
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    assert flag.exists()
+    text = (train_dir / "hang" / "log.txt").read_text()
+    assert re.search(r"actor_worker_\d silent for over 4 s: starting it again", text), text[-2000:]
+
+
+def test_sigterm_saves_and_exits_143(train_dir):
+    proc = start([*FAST, f"--train_dir={train_dir}", "--experiment=term", "--train_for_seconds=120"])
+    log = train_dir / "term" / "log.txt"
+    deadline = time.monotonic() + 60
+    while steps_in(log) if log.exists() else 0 < 2000:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    started = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    out = finish(proc, timeout=30)
+    assert proc.returncode == 143, out[-3000:]
+    assert time.monotonic() - started < 15
+    assert list_checkpoints(train_dir / "term" / "checkpoint_p0")
+
+
+def test_killed_learner_stops_the_run_and_the_rerun_resumes(train_dir):
+    args = [*FAST, f"--train_dir={train_dir}", "--experiment=lr", "--train_for_env_steps=400000"]
+    proc = start(args)
+    ckpt_dir = train_dir / "lr" / "checkpoint_p0"
+    deadline = time.monotonic() + 60
+    while len(list_checkpoints(ckpt_dir)) < 2:
+        assert time.monotonic() < deadline, "no checkpoints written"
+        time.sleep(0.3)
+    find("appo:lr:learner_0").kill()
+    out = finish(proc)
+    assert proc.returncode == 1, out[-3000:]
+    assert "learner_0 died (signal 9)" in out
+    # A torn newest checkpoint (a crash mid-write of a non-atomic copy, a full disk) is skipped on resume.
+    newest = list_checkpoints(ckpt_dir)[-1]
+    previous = torch.load(list_checkpoints(ckpt_dir)[-2], weights_only=True)
+    newest.write_bytes(newest.read_bytes()[:100])
+    rerun = run_script(
+        "train_appo.py", [*args[:-1], f"--train_for_env_steps={previous['env_steps'] + 20000}"], check=True
+    )
+    assert f"{newest.name}" in rerun.stdout and "resumed from" in rerun.stdout
+    resumed = re.search(r"resumed from \S+ \(version (\d+), (\d+) env steps\)", rerun.stdout)
+    assert int(resumed.group(1)) == previous["version"]
