@@ -22,7 +22,6 @@ from appo.cfg import Cfg, Derived
 from appo.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from utils.logging import log
 
-
 # Distinct env errors already logged by this process: each is logged once with its traceback.
 SEEN_ERRORS: set[str] = set()
 

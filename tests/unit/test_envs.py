@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 from appo.cfg import merge_cfg
 from envs import make_env
-from envs.presets import MUJOCO_PRESET, NAVIGATION2D_PRESET, env_preset
+from envs.presets import META_PRESET, MUJOCO_PRESET, NAVIGATION2D_PRESET, env_preset
 from envs.tasks import task_family
 from tests.conftest import ROOT
 
@@ -228,10 +228,11 @@ def test_navigation2d_rejects_rendering() -> None:
 
 
 def test_presets() -> None:
-    for name in MUJOCO_NAMES:
-        assert env_preset(name) == MUJOCO_PRESET
+    for name in MUJOCO_NAMES:  # the MuJoCo settings plus the meta-RL defaults of task families
+        assert env_preset(name) == MUJOCO_PRESET | META_PRESET
         assert env_preset(name) is not MUJOCO_PRESET
-    assert env_preset("navigation2d") == NAVIGATION2D_PRESET
+    assert env_preset("navigation2d") == NAVIGATION2D_PRESET | META_PRESET
+    assert env_preset("HalfCheetah-v5") == MUJOCO_PRESET
     cfg = merge_cfg({"env": "navigation2d"}, None)  # every preset key is a cfg key
     assert cfg.rollout == NAVIGATION2D_PRESET["rollout"] and cfg.learning_rate == NAVIGATION2D_PRESET["learning_rate"]
     assert merge_cfg({"env": "ant_goal"}, None).num_epochs == MUJOCO_PRESET["num_epochs"]
