@@ -1,0 +1,140 @@
+"""Task schedules and the meta-task wrapper: tasks handed out as specified, deterministic per seed; trial
+boundaries (the only place the engine sees an episode end, so the only place the recurrent state resets)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from appo.buffers import allocate_control, allocate_trajectories
+from appo.cfg import Cfg, derive
+from appo.messages import ActionsReady, TrajectoryReady
+from appo.sampling.env_runner import EnvRunner
+from envs import make_env, make_run_env
+from envs.schedules import CurriculumSchedule, difficulty, make_schedule
+from envs.tasks import task_split
+from envs.wrappers import MetaTaskWrapper
+
+TASKS = [{"velocity": v} for v in (0.5, 2.0, 1.0, 3.0, 0.1, 2.5, 1.5, 0.8)]
+
+
+def test_per_episode_and_per_trial_are_seeded_draws_from_the_task_list():
+    a = make_schedule("per_trial", TASKS, 3, env_idx=1, seed=7)
+    b = make_schedule("per_trial", TASKS, 3, env_idx=1, seed=7)
+    other = make_schedule("per_trial", TASKS, 3, env_idx=2, seed=7)
+    draws_a = [a.next_task(None) for _ in range(20)]
+    assert draws_a == [b.next_task(None) for _ in range(20)]
+    assert draws_a != [other.next_task(None) for _ in range(20)]  # each env its own stream
+    assert all(t in TASKS for t in draws_a) and a.episodes_per_trial == 3
+    assert make_schedule("per_episode", TASKS, 3, 0, 0).episodes_per_trial == 1
+
+
+def test_fixed_spreads_envs_over_tasks_and_never_changes():
+    tasks = [make_schedule("fixed", TASKS, 2, env_idx=i, seed=0).next_task(None) for i in range(len(TASKS))]
+    assert tasks == TASKS
+    s = make_schedule("fixed", TASKS, 2, env_idx=3, seed=0)
+    assert {tuple(s.next_task(r).items()) for r in (1.0, -5.0, 9.0)} == {tuple(TASKS[3].items())}
+
+
+def test_curriculum_widens_only_when_returns_rise():
+    easy_first = sorted(TASKS, key=difficulty)
+    rising = CurriculumSchedule(TASKS, 1, seed=0, start=0.25, step=0.25, window=5)
+    for _ in range(20):
+        task = rising.next_task(None)
+        assert task in easy_first[:2]  # the easiest quarter
+    for i in range(40):
+        rising.next_task(float(i))  # returns keep rising
+    assert rising.fraction == 1.0
+    falling = CurriculumSchedule(TASKS, 1, seed=0, start=0.25, step=0.25, window=5)
+    for i in range(40):
+        falling.next_task(float(-i))
+    assert falling.fraction == 0.25
+
+
+def test_sequence_hands_out_tasks_in_order():
+    s = make_schedule("sequence", TASKS[:3], 2, 0, 0)
+    assert [s.next_task(None) for _ in range(4)] == [TASKS[0], TASKS[1], TASKS[2], TASKS[0]]
+
+
+def test_unknown_schedule_is_a_clear_error():
+    with pytest.raises(ValueError, match="--task_schedule=weekly: must be one of"):
+        make_schedule("weekly", TASKS, 1, 0, 0)
+
+
+def _nav(visibility: str = "hidden", k: int = 2) -> MetaTaskWrapper:
+    env = make_env("navigation2d", max_episode_steps=4)
+    train, _ = task_split(env, 5, 2, seed=0)
+    return MetaTaskWrapper(env, make_schedule("per_trial", train, k, 0, 0), visibility)
+
+
+def test_wrapper_trial_is_one_engine_episode_with_augmented_observations():
+    env = _nav()
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2 + 2 + 2,) and env.observation_space.shape == (6,)
+    assert np.all(obs[2:] == 0)  # no previous action, reward or done yet
+    task = env.task
+    ends = []
+    for _ in range(8):
+        action = np.array([0.05, -0.05], np.float32)
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert env.task == task  # one task for the whole trial
+        np.testing.assert_allclose(obs[2:4], action)
+        assert obs[4] == pytest.approx(reward)
+        ends.append((obs[5], terminated, truncated))
+    # Inner episodes of 4 steps: the first ends at step 4 inside the trial (flag, no engine done),
+    # the second at step 8, where the trial (the engine's episode) ends.
+    assert [e[0] for e in ends] == [0, 0, 0, 1, 0, 0, 0, 1]
+    assert [e[1] for e in ends] == [False] * 7 + [True] and not any(e[2] for e in ends)
+    assert len(info["trial"]["returns"]) == 2 and info["trial"]["lengths"] == [4, 4]
+    assert info["trial"]["task"] == task
+
+
+def test_visible_wrapper_appends_the_task():
+    env = _nav("visible")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4,)
+    np.testing.assert_allclose(obs[2:], [env.task[k] for k in sorted(env.task)])
+
+
+def test_rnn_state_resets_exactly_at_trial_boundaries():
+    """EnvRunner over navigation2d trials (2 episodes of 3 steps): the stored next state is zeroed after the
+    6th, 12th, ... step and nowhere else, and every finished trial's task comes from the train split."""
+    cfg = Cfg(
+        env="navigation2d",
+        task_schedule="per_trial",
+        episodes_per_trial=2,
+        max_episode_steps=3,
+        num_workers=1,
+        num_envs_per_worker=2,
+        worker_num_splits=1,
+        rollout=16,
+        batch_size=32,
+        use_rnn=True,
+        rnn_size=4,
+        num_train_tasks=6,
+        num_test_tasks=2,
+    )
+    d = derive(cfg)
+    obs_space = make_run_env(cfg).observation_space
+    bufs = allocate_trajectories(cfg, d, obs_space, make_env("navigation2d").action_space)
+    views = {k: v.numpy() for k, v in bufs.items()}
+    control = {k: v.numpy() for k, v in allocate_control(cfg, d).items()}
+    runner = EnvRunner(cfg, d, 0, 0, views, lambda i: make_run_env(cfg, env_idx=i), control)
+    (request,) = runner.init(seed=0)
+    reset_at = []
+    for step in range(1, 16):
+        slots, t = slice(request.first_slot, request.first_slot + request.num_envs), request.t
+        views["actions"][slots, t] = 0.01
+        views["rnn_states"][slots, t + 1] = 1.0  # what the policy worker writes: the state after this step
+        out = runner.on_actions(ActionsReady(0, 0, request.first_slot, t, 0))
+        if not views["rnn_states"][slots, t + 1].all():
+            assert (views["rnn_states"][slots, t + 1] == 0).all()
+            reset_at.append(step)
+        request = out[-1]
+        assert not any(isinstance(m, TrajectoryReady) for m in out)
+    assert reset_at == [6, 12]
+    train, _ = task_split(make_env("navigation2d"), 6, 2, seed=0)
+    finished = runner.pop_finished()
+    assert len(finished) == 4 and all(trial["task"] in train for _, _, trial in finished)
+    assert torch.is_tensor(bufs["obs"])
