@@ -97,3 +97,11 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
 
 def group_index(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, group_idx: int) -> int:
     return (worker_idx * cfg.worker_num_splits + split_idx) * derived.slot_groups_per_split + group_idx
+
+
+def shared_bytes(cfg: Cfg, derived: Derived, obs_space: gym.Space, action_space: gym.Space) -> int:
+    """Bytes of /dev/shm a run needs: trajectory tensors, weights are small; queues are counted by the caller."""
+    total = 0
+    for spec in trajectory_spec(cfg, obs_space, action_space).values():
+        total += derived.num_slots * int(np.prod(spec.shape)) * spec.dtype.itemsize
+    return total

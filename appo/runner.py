@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-from appo.buffers import allocate_control, allocate_trajectories
+from appo.buffers import allocate_control, allocate_trajectories, shared_bytes
 from appo.cfg import Cfg, cfg_to_dict, derive, experiment_dir, resolve_device, verify_or_exit
 from appo.learning.param_sync import ParamStore
 from appo.messages import ErrorReport, EvalReport, EvalRequest, ReturnSummary, Stop
@@ -24,7 +25,7 @@ from appo.model import make_model
 from appo.processes import process_title, set_process_title, spawn_context, stop_processes
 from appo.stats import Stats, SummaryWriters, eval_line
 from appo.supervision import Supervisor
-from appo.wiring import Queues, actor_inbox, close_all, send, wire
+from appo.wiring import Queues, actor_inbox, close_all, policy_queue, queue_bytes, send, wire
 from envs import UnknownEnvError, make_run_env
 from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, log_path
@@ -121,12 +122,29 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any]:
         raise SystemExit(2) from None
     spaces = (env.observation_space, env.action_space)
     env.close()
+    check_shared_memory(cfg, spaces)
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
     _write_json_atomic(cfg_path(exp_dir), cfg_to_dict(cfg))
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "driver"))
     return exp_dir, spaces, derive(cfg)
+
+
+def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], shm: str = "/dev/shm") -> None:
+    """Refuse to start (exit 2) when /dev/shm cannot hold the run's shared tensors and queues: otherwise a
+    worker would die with SIGBUS mid-run (Docker's default /dev/shm is 64 MB)."""
+    if cfg.serial_mode or not os.path.isdir(shm):
+        return
+    need = shared_bytes(cfg, derive(cfg), *spaces) + queue_bytes(cfg.num_workers, cfg.num_policies)
+    free = shutil.disk_usage(shm).free
+    if need * 1.1 > free:
+        print(
+            f"error: {shm} has {free / 2**20:.0f} MB free, this run needs about {need * 1.1 / 2**20:.0f} MB: "
+            "enlarge it (e.g. docker --shm-size) or lower --num_workers, --num_envs_per_worker or --rollout",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
 
 
 def _write_json_atomic(path: Any, data: dict) -> None:
@@ -180,7 +198,7 @@ def spawn_all(
     from appo.sampling.actor_worker import run_actor_worker
     from appo.sampling.policy_worker import run_policy_worker
 
-    sup = Supervisor(ctx, control["heartbeats"], queues.incarnations, cfg.worker_stuck_timeout)
+    sup = Supervisor(ctx, control["heartbeats"], queues, cfg.worker_stuck_timeout)
     for p in range(cfg.num_policies):
         ckpt = checkpoint_dir(exp_dir, p)
         args = (cfg, derived, p, buffers, params[p], spaces, ckpt, device, control, queues)
@@ -188,7 +206,7 @@ def spawn_all(
     for p in range(cfg.num_policies):
         for i in range(cfg.policy_workers_per_policy):
             args = (cfg, derived, p, i, buffers, params[p], spaces, device, queues)
-            sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a)
+            sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)
     for w in range(cfg.num_workers):
         sup.add(
             "actors",
@@ -256,7 +274,7 @@ def shutdown(queues: Queues, sup: Supervisor, driver: Driver) -> None:
     stop = Stop("driver")
     for kind, targets in (
         ("actors", [actor_inbox(queues, w) for w in range(len(queues.actor_inboxes))]),
-        ("policy_workers", queues.policy_queues),
+        ("policy_workers", [policy_queue(queues, p) for p in range(len(queues.policy_queues))]),
         ("learners", queues.learner_queues),
         ("evaluators", [queues.eval_queue]),
     ):

@@ -16,7 +16,7 @@ from appo.model import make_model
 from appo.processes import limit_threads
 from appo.sampling.actor_worker import ActorWorker
 from appo.sampling.policy_worker import PolicyWorker
-from appo.wiring import actor_inbox, send, wire
+from appo.wiring import actor_inbox, policy_queue, send, wire
 from utils.logging import log
 from utils.paths import checkpoint_dir
 
@@ -78,7 +78,7 @@ def step_all(actors: list, policy_workers: list, learners: list, queues: Any, dr
     """One round: inference for every pending request, env steps for every reply, training when a batch
     is complete, then the driver's bookkeeping."""
     for worker in policy_workers:
-        send(worker.infer(queues.policy_queues[worker.policy_id].get_many()), queues)
+        send(worker.infer(policy_queue(queues, worker.policy_id).get_many()), queues)
     for actor in actors:
         out: list[Any] = []
         for msg in actor_inbox(queues, actor.worker_idx).get_many():

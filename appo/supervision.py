@@ -5,9 +5,10 @@ replaced, and stop them all.
   `--worker_stuck_timeout` (its heartbeat stamp in shared memory) is killed if still there and started
   again with a new incarnation; the slot groups it was filling are reused, those with the learner come back
   by SlotsReleased, and replies meant for the old incarnation are ignored. Lost: its unfinished rollouts.
-- A policy worker that dies stops the run (its queue is shared by every actor worker, and a reader killed
-  while waiting can leave it blocking its writers); actors re-send requests left unanswered, which covers a
-  policy worker that is merely slow.
+- A policy worker killed by a signal is started again on a fresh request queue (the old one may block its
+  writers: a reader killed while waiting on a process-shared condition variable can leave it so); the
+  other policy workers of its policy move to the new queue, and actor workers re-send the requests that
+  went unanswered.
 - A child that raised (exit code > 0; it has sent an ErrorReport), a learner or an evaluator that died:
   the run stops with a non-zero status. Running the same command again resumes from the last checkpoint.
 """
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appo.processes import start_process
-from appo.wiring import INBOX_SPARES
+from appo.wiring import INBOX_SPARES, POLICY_QUEUE_SPARES
 from utils.logging import log
 
 
@@ -40,10 +41,14 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, ctx: Any, heartbeats: Any, incarnations: Any, stuck_timeout: float) -> None:
+    def __init__(self, ctx: Any, heartbeats: Any, queues: Any, stuck_timeout: float) -> None:
         self.ctx = ctx
         self.heartbeats = heartbeats  # shared float64 [num_workers] tensor, wall time of the last actor loop
-        self.incarnations = incarnations  # shared int64 [num_workers]: which inbox each actor worker reads
+        # Which queue each actor worker and each policy's workers read (see appo/wiring.py).
+        self.queue_tables = {
+            "actors": (queues.incarnations, INBOX_SPARES),
+            "policy_workers": (queues.policy_incarnations, POLICY_QUEUE_SPARES),
+        }
         self.stuck_timeout = stuck_timeout
         self.children: list[Child] = []
         self.restarts = 0
@@ -68,18 +73,19 @@ class Supervisor:
             stuck = child.kind == "actors" and self._is_stuck(index, child, now)
             if code is None and not stuck:
                 continue
-            if child.restartable and (stuck or code < 0) and child.incarnation + 1 < INBOX_SPARES:
+            if child.restartable and (stuck or code < 0) and self._has_spare_queue(child):
                 why = f"silent for over {self.stuck_timeout:g} s" if stuck else f"killed by signal {-code}"
                 log.warning("%s %s: starting it again (restart %d)", child.name, why, self.restarts + 1)
-                worker_idx = self._worker_idx(child)
-                self.heartbeats[worker_idx] = 0.0  # no verdict until the new one beats
-                self.incarnations[worker_idx] = child.incarnation + 1  # writers switch to its fresh inbox
+                if child.kind == "actors":
+                    self.heartbeats[self._index(child)] = 0.0  # no verdict until the new one beats
+                table, _ = self.queue_tables[child.kind]
+                table[self._index(child)] += 1  # writers and siblings switch to the fresh queue
                 child.restart()
                 self.restarts += 1
             elif stuck or code < 0:
                 failures.append(
                     f"{child.name} died ({'stuck' if stuck else f'signal {-code}'}) and is not restarted "
-                    f"(restarted {child.incarnation} times already, at most {INBOX_SPARES - 1})"
+                    f"(its queue was replaced too often already)"
                     if child.restartable
                     else f"{child.name} died (signal {-code})"
                 )
@@ -87,11 +93,18 @@ class Supervisor:
                 failures.append(f"{child.name} exited with code {code}")
         return failures
 
-    def _worker_idx(self, child: Child) -> int:
-        return int(child.name.rsplit("_", 1)[1])
+    @staticmethod
+    def _index(child: Child) -> int:
+        """actor_worker_<w> -> w; policy_worker_<p>_<i> -> p (its policy's queue)."""
+        parts = child.name.split("_")
+        return int(parts[2])
+
+    def _has_spare_queue(self, child: Child) -> bool:
+        table, spares = self.queue_tables[child.kind]
+        return int(table[self._index(child)]) + 1 < spares
 
     def _is_stuck(self, index: int, child: Child, now: float) -> bool:
-        beat = float(self.heartbeats[self._worker_idx(child)])
+        beat = float(self.heartbeats[self._index(child)])
         return beat > 0 and now - beat > self.stuck_timeout
 
     def kill_all(self) -> None:

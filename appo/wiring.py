@@ -3,7 +3,8 @@
     queue                     readers                         writers
     actor_inboxes[w][k]       actor worker w, incarnation k   policy workers (ActionsReady), learners
                               (k modulo INBOX_SPARES)          (SlotsReleased), driver (Stop)
-    policy_queues[p]          policy workers of policy p      actor workers (InferenceRequest), driver (Stop)
+    policy_queues[p][k]       policy workers of policy p,     actor workers (InferenceRequest), driver (Stop)
+                              its k-th restart (mod spares)
     learner_queues[p]         learner of policy p             actor workers (TrajectoryReady), driver
                                                               (ReturnSummary, Stop)
     eval_queue                evaluator                       driver (EvalRequest, Stop)
@@ -33,9 +34,11 @@ from appo.messages import (
 
 QUEUE_BYTES = 4 * 1024 * 1024
 INBOX_BYTES = 256 * 1024
-# A restarted actor worker gets a fresh inbox: a process killed while waiting on a process-shared condition
-# variable can leave it so that the next writer blocks forever (glibc), so the old inbox is abandoned.
+# A restarted actor or policy worker gets a fresh queue to read: a process killed while waiting on a
+# process-shared condition variable can leave it so that the next writer blocks forever (glibc), so the old
+# queue is abandoned. A worker can therefore be restarted at most SPARES - 1 times.
 INBOX_SPARES = 8
+POLICY_QUEUE_SPARES = 4
 
 
 class LocalQueue:
@@ -63,10 +66,17 @@ class LocalQueue:
 class Queues(NamedTuple):
     actor_inboxes: list[list[Any]]  # [worker][incarnation % INBOX_SPARES]
     incarnations: Any  # shared int64 [num_workers]: the current start of each actor worker
-    policy_queues: list[Any]
+    policy_queues: list[list[Any]]  # [policy][restarts of its policy workers % POLICY_QUEUE_SPARES]
+    policy_incarnations: Any  # shared int64 [num_policies]: which of those queues is current
     learner_queues: list[Any]
     eval_queue: Any
     driver_queue: Any
+
+
+def queue_bytes(num_workers: int, num_policies: int) -> int:
+    """Shared memory taken by the queues of `wire` (faster-fifo buffers live in /dev/shm)."""
+    inboxes = num_workers * INBOX_SPARES * INBOX_BYTES
+    return inboxes + (num_policies * (POLICY_QUEUE_SPARES + 1) + 2) * QUEUE_BYTES
 
 
 def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
@@ -87,7 +97,8 @@ def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
     return Queues(
         actor_inboxes=[[make(INBOX_BYTES) for _ in range(spares)] for _ in range(num_workers)],
         incarnations=torch.zeros(num_workers, dtype=torch.int64).share_memory_(),
-        policy_queues=[make() for _ in range(num_policies)],
+        policy_queues=[[make() for _ in range(1 if local else POLICY_QUEUE_SPARES)] for _ in range(num_policies)],
+        policy_incarnations=torch.zeros(num_policies, dtype=torch.int64).share_memory_(),
         learner_queues=[make() for _ in range(num_policies)],
         eval_queue=make(),
         driver_queue=make(),
@@ -98,7 +109,7 @@ def route(msg: Any, queues: Queues) -> Any:
     """The queue a message travels on."""
     kind = type(msg)
     if kind is InferenceRequest:
-        return queues.policy_queues[msg.policy_id]
+        return policy_queue(queues, msg.policy_id)
     if kind is ActionsReady:  # to the incarnation that asked
         inboxes = queues.actor_inboxes[msg.worker_idx]
         return inboxes[msg.incarnation % len(inboxes)]
@@ -134,10 +145,16 @@ def actor_inbox(queues: Queues, worker_idx: int) -> Any:
     return inboxes[int(queues.incarnations[worker_idx]) % len(inboxes)]
 
 
+def policy_queue(queues: Queues, policy_id: int) -> Any:
+    """The request queue that the current policy workers of `policy_id` read."""
+    spares = queues.policy_queues[policy_id]
+    return spares[int(queues.policy_incarnations[policy_id]) % len(spares)]
+
+
 def close_all(queues: Queues) -> None:
     for queue in [
         *[q for inboxes in queues.actor_inboxes for q in inboxes],
-        *queues.policy_queues,
+        *[q for spares in queues.policy_queues for q in spares],
         *queues.learner_queues,
         queues.eval_queue,
         queues.driver_queue,

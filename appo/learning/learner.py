@@ -31,6 +31,8 @@ from appo.wiring import Queues, send
 from utils.logging import log
 from utils.timing import Timing
 
+MAX_NONFINITE_IN_A_ROW = 10  # minibatch updates with NaN/inf loss or gradients before the run stops
+
 
 class Learner:
     def __init__(
@@ -65,6 +67,8 @@ class Learner:
         self.latest_return = -math.inf
         self.last_save = time.monotonic()
         self.timing = Timing()
+        self.nonfinite_updates = 0
+        self.nonfinite_in_a_row = 0
 
     # --- lifecycle ----------------------------------------------------------------------------------
     def init(self) -> None:
@@ -208,14 +212,14 @@ class Learner:
         N, T = b["rewards"].shape
         lr = self._set_learning_rate()
         if self.model.obs_normalizer is not None:
-            self.model.obs_normalizer.update(b["obs"][:, :T])
+            _update_finite(self.model.obs_normalizer, b["obs"][:, :T])
         is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
         adv_all = ret_all = None
         if not cfg.with_vtrace:
             # GAE: targets once per iteration, from the weights before this iteration's updates.
             adv_all, ret_all = self._targets(b, self._all_values(b, torch.arange(N, device=self.device)), None)
             if self.model.returns_normalizer is not None:
-                self.model.returns_normalizer.update(ret_all)
+                _update_finite(self.model.returns_normalizer, ret_all)
         sums: dict[str, float] = {}
         count = 0
         for _ in range(cfg.num_epochs):
@@ -227,17 +231,40 @@ class Learner:
                 loss, mb_stats = out
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                if cfg.max_grad_norm > 0:
-                    mb_stats["grad_norm"] = float(
-                        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                    )
+                max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+                    self._on_nonfinite(loss, grad_norm)
+                    continue
+                self.nonfinite_in_a_row = 0
+                mb_stats["grad_norm"] = float(grad_norm)
                 self.optimizer.step()
                 for key, value in mb_stats.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                 count += 1
         stats = {key: value / max(count, 1) for key, value in sums.items()}
         stats["learning_rate"] = lr
+        stats["nonfinite_updates"] = float(self.nonfinite_updates)
         return stats
+
+    def _on_nonfinite(self, loss: Tensor, grad_norm: Tensor) -> None:
+        """Skip an update whose loss or gradients are NaN or inf; too many in a row end the run, leaving the
+        last checkpoint (saved from finite weights) as it is."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.nonfinite_updates += 1
+        self.nonfinite_in_a_row += 1
+        log.warning(
+            "learner %d: skipped an update with loss %s, gradient norm %s (%d in a row)",
+            self.policy_id,
+            float(loss),
+            float(grad_norm),
+            self.nonfinite_in_a_row,
+        )
+        if self.nonfinite_in_a_row >= MAX_NONFINITE_IN_A_ROW:
+            raise FloatingPointError(
+                f"learner {self.policy_id}: {self.nonfinite_in_a_row} updates in a row with NaN/inf loss or "
+                f"gradients; stopping with the last good checkpoint (lower --learning_rate or check the env's rewards)"
+            )
 
     def _loss(
         self,
@@ -298,10 +325,16 @@ class Learner:
             values_n = torch.cat([out.values.detach(), boot.unsqueeze(1)], dim=1)
             adv, targets = self._targets(sub, values_n, out.log_probs.detach() - old_log_probs)
             if self.model.returns_normalizer is not None:
-                self.model.returns_normalizer.update(targets)
+                _update_finite(self.model.returns_normalizer, targets)
         else:
             adv, targets = adv_all[idx], ret_all[idx]
         return self._loss(out.log_probs, old_log_probs, out.entropy, out.values, b["values"][idx], adv, targets)
+
+
+def _update_finite(normalizer: Any, x: Tensor) -> None:
+    """Running statistics take only finite data: one NaN would poison them (and every later value) for good."""
+    if bool(torch.isfinite(x).all()):
+        normalizer.update(x)
 
 
 # --- process shell ------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from appo.learning.param_sync import ParamStore
 from appo.messages import ActionsReady, InferenceRequest, Stop
 from appo.model import make_model
 from appo.processes import component_main
-from appo.wiring import Queues, send
+from appo.wiring import Queues, policy_queue, send
 from utils.timing import Timing
 
 
@@ -80,8 +80,8 @@ class PolicyWorker:
 
 
 def policy_worker_loop(worker: PolicyWorker, queues: Queues) -> None:
-    queue = queues.policy_queues[worker.policy_id]
     while True:
+        queue = policy_queue(queues, worker.policy_id)  # moves on when a sibling was restarted
         with worker.timing.add_time("wait"):
             try:
                 msgs = queue.get_many(timeout=0.5)

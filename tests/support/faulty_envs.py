@@ -60,3 +60,11 @@ class HangOnceEnv(_Base):
             while True:
                 time.sleep(1)
         return super().step(action)
+
+
+class NanRewardEnv(_Base):
+    """Pays NaN rewards: every update's loss is NaN."""
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, float("nan"), terminated, truncated, info

@@ -29,7 +29,7 @@ def test_pickle_round_trip(msg):
 
 def test_every_message_has_a_route():
     queues = wire(num_workers=2, num_policies=1, local=True)
-    assert route(SAMPLES[0], queues) is queues.policy_queues[0]
+    assert route(SAMPLES[0], queues) is queues.policy_queues[0][0]
     assert route(SAMPLES[1], queues) is queues.actor_inboxes[1][0]
     assert route(SAMPLES[2], queues) is queues.learner_queues[0]
     assert route(SAMPLES[3], queues) is queues.actor_inboxes[1][0]

@@ -1,0 +1,31 @@
+"""Driver checks made before any process exists."""
+
+from __future__ import annotations
+
+import shutil
+from collections import namedtuple
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from appo.cfg import Cfg
+from appo.runner import check_shared_memory
+
+SPACES = (gym.spaces.Box(-1, 1, (17,), np.float32), gym.spaces.Box(-1, 1, (6,), np.float32))
+Usage = namedtuple("Usage", "total used free")
+
+
+def test_too_small_dev_shm_is_refused_with_the_size_needed(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: Usage(64 * 2**20, 60 * 2**20, 4 * 2**20))
+    with pytest.raises(SystemExit) as exc:
+        check_shared_memory(Cfg(num_workers=16), SPACES, shm=str(tmp_path))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {tmp_path} has 4 MB free, this run needs about") and "--num_workers" in err
+
+
+def test_enough_dev_shm_passes(monkeypatch, tmp_path):
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: Usage(2**34, 0, 2**34))
+    check_shared_memory(Cfg(num_workers=16), SPACES, shm=str(tmp_path))
