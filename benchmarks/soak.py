@@ -1,0 +1,88 @@
+"""Soak benchmark: train for `--minutes` while killing a random actor worker or policy worker with SIGKILL
+every `--kill_every` seconds; print the restarts survived, the env steps the run reached, and the resident
+memory (RSS) of every process of the run at the start and at the end (it must stay flat).
+
+    python benchmarks/soak.py --minutes=30 --kill_every=60 [extra train_appo flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_processes(experiment: str) -> dict[str, psutil.Process]:
+    out = {}
+    for p in psutil.process_iter():
+        try:
+            title = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if title.startswith(f"appo:{experiment}:"):
+            out[title.split(":")[2].strip()] = p
+    return out
+
+
+def rss_mb(procs: dict[str, psutil.Process]) -> dict[str, float]:
+    out = {}
+    for name, p in procs.items():
+        try:
+            out[name] = p.memory_info().rss / 2**20
+        except psutil.Error:
+            pass
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--kill_every", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args, extra = parser.parse_known_args()
+    extra = extra or ["--env=HalfCheetah-v5", "--num_workers=4"]
+    train_dir = Path(tempfile.mkdtemp(prefix="appo_soak_"))
+    cmd = [
+        sys.executable,
+        "train_appo.py",
+        "--experiment=soak",
+        f"--train_dir={train_dir}",
+        f"--train_for_seconds={args.minutes * 60}",
+        "--report_interval=10",
+        *extra,
+    ]
+    print("command:", " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rng = random.Random(args.seed)
+    time.sleep(30)  # start-up
+    start_rss = rss_mb(run_processes("soak"))
+    kills = 0
+    last_rss = start_rss
+    while proc.poll() is None:
+        time.sleep(args.kill_every)
+        procs = run_processes("soak")
+        if proc.poll() is None and procs:
+            last_rss = rss_mb(procs)  # before this round's kill
+            victims = [p for name, p in procs.items() if "worker" in name]
+            rng.choice(victims).kill()
+            kills += 1
+    log = (train_dir / "soak" / "log.txt").read_text()
+    restarts = len(re.findall(r"starting it again", log))
+    steps = re.findall(r"INFO steps (\d+)", log)
+    print(f"exit={proc.returncode} kills={kills} restarts={restarts} env_steps={steps[-1] if steps else 0}")
+    print("RSS MB at start:", {k: round(v) for k, v in sorted(start_rss.items())})
+    print("RSS MB before the last kill:", {k: round(v) for k, v in sorted(last_rss.items())})
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
