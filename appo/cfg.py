@@ -204,14 +204,30 @@ def parse_cfg(argv: list[str] | None = None, prog: str = "train_appo.py", cls: t
     explicit = vars(namespace)
     probe = Cfg(**{k: v for k, v in explicit.items() if k in ("train_dir", "experiment")})
     saved_path = experiment_dir(probe) / "cfg.json"
-    saved = None
-    if saved_path.exists():
-        try:
-            saved = json.loads(saved_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            msg = f"error: {saved_path}: unreadable saved config ({exc}); remove it or pick another --experiment"
-            raise SystemExit(msg) from None
+    saved = read_saved_cfg(saved_path) if saved_path.exists() else None
     return merge_cfg(explicit, saved, cls)
+
+
+def _usage_error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def read_saved_cfg(path: Path) -> dict[str, Any]:
+    """A run's cfg.json, checked: readable JSON, and only keys this version of appo knows."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        _usage_error(f"{path}: unreadable saved config ({exc}); remove it or pick another --experiment")
+    if not isinstance(saved, dict):
+        _usage_error(f"{path}: not a config object; remove it or pick another --experiment")
+    unknown = sorted(set(saved) - {f.name for f in fields(Cfg)})
+    if unknown:
+        _usage_error(
+            f"{path}: written by an incompatible appo version (unknown settings: {', '.join(unknown)}); "
+            "pick another --experiment or remove those keys"
+        )
+    return saved
 
 
 @dataclass(frozen=True)

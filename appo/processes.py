@@ -48,6 +48,19 @@ def set_process_title(title: str) -> None:
         pass
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the driver dies (even by kill -9), so no worker is orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() == 1:  # the driver died before the call above: do not outlive it
+        os._exit(1)
+
+
 def pin_to_cpu(index: int) -> None:
     if hasattr(os, "sched_getaffinity"):
         cpus = sorted(os.sched_getaffinity(0))
@@ -57,6 +70,7 @@ def pin_to_cpu(index: int) -> None:
 def component_main(cfg: Cfg, name: str, queues: Any, body: Callable[[], None], cpu: int | None = None) -> None:
     """Common start-up and failure handling of every child process; runs `body`."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    die_with_parent()
     set_process_title(process_title(cfg, name))
     # The driver owns Ctrl-C: it sends Stop to everyone and waits for a clean exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -123,12 +123,37 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any]:
     spaces = (env.observation_space, env.action_space)
     env.close()
     check_shared_memory(cfg, spaces)
+    check_checkpoints(cfg, spaces)
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
     _write_json_atomic(cfg_path(exp_dir), cfg_to_dict(cfg))
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "driver"))
     return exp_dir, spaces, derive(cfg)
+
+
+def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> None:
+    """On resume, the newest readable checkpoint of every policy must fit this cfg's model; otherwise exit 2
+    before anything starts (a learner failing later would leave a half-started run)."""
+    from appo.checkpoint import load_latest
+
+    template = make_model(cfg, *spaces)
+    for policy_id in range(cfg.num_policies):
+        loaded = load_latest(checkpoint_dir(experiment_dir(cfg), policy_id))
+        if loaded is None:
+            continue
+        state, path = loaded
+        try:
+            template.load_state_dict(state["model"])
+        except (KeyError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()
+            detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line), first[0])
+            print(
+                f"error: {path}: does not fit the model of this cfg ({detail}); use the run's own settings or "
+                "another --experiment",
+                file=sys.stderr,
+            )
+            raise SystemExit(2) from None
 
 
 def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], shm: str = "/dev/shm") -> None:

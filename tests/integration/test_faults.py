@@ -205,3 +205,34 @@ def test_nan_losses_are_skipped_then_stop_the_run_with_finite_checkpoints(train_
     for path in list_checkpoints(train_dir / "nan" / "checkpoint_p0"):
         state = torch.load(path, weights_only=True)
         assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+
+
+def test_driver_killed_9_leaves_no_orphans_and_the_rerun_resumes(train_dir):
+    args = [*FAST, f"--train_dir={train_dir}", "--experiment=d9", "--train_for_env_steps=2000000"]
+    proc = start(args)
+    ckpt_dir = train_dir / "d9" / "checkpoint_p0"
+    deadline = time.monotonic() + 60
+    while len(list_checkpoints(ckpt_dir)) < 2:
+        assert time.monotonic() < deadline, "no checkpoints written"
+        time.sleep(0.3)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.communicate()
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not [p for p in alive if "appo:d9" in " ".join(p.cmdline())], "workers outlived their driver"
+    assert not _kill_group(proc.pid)
+    saved = torch.load(list_checkpoints(ckpt_dir)[-1], weights_only=True)
+    rerun = run_script("train_appo.py", [*args[:-1], f"--train_for_env_steps={saved['env_steps'] + 10000}"], check=True)
+    resumed = re.search(r"resumed from \S+ \(version (\d+), (\d+) env steps\)", rerun.stdout)
+    assert int(resumed.group(2)) == saved["env_steps"]  # env steps continue, not restart
+
+
+def test_checkpoint_that_does_not_fit_the_model_is_refused_before_starting(train_dir):
+    args = [*FAST, f"--train_dir={train_dir}", "--experiment=fit", "--train_for_env_steps=5000"]
+    run_script("train_appo.py", args, check=True)
+    cfg_before = (train_dir / "fit" / "cfg.json").read_text()
+    result = run_script("train_appo.py", [*args, "--encoder_mlp_layers", "32"])
+    assert result.returncode == 2
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1 and "does not fit the model of this cfg" in lines[0] and "size mismatch" in lines[0]
+    assert (train_dir / "fit" / "cfg.json").read_text() == cfg_before  # nothing on disk touched

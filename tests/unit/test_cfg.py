@@ -92,3 +92,26 @@ def test_unknown_flag_exits_2(tmp_path):
         [sys.executable, "train_appo.py", "--nmu_workers=3"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and "--nmu_workers" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("{not json", "unreadable saved config"),
+        ('{"env": "CartPole-v1", "warp_drive": 1}', "unknown settings: warp_drive"),
+    ],
+)
+def test_bad_saved_cfg_json_exits_2_and_is_left_alone(tmp_path, content, fragment):
+    exp = tmp_path / "old"
+    exp.mkdir()
+    (exp / "cfg.json").write_text(content)
+    proc = subprocess.run(
+        [sys.executable, "train_appo.py", f"--train_dir={tmp_path}", "--experiment=old"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and fragment in proc.stderr
+    assert (exp / "cfg.json").read_text() == content
