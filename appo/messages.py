@@ -76,6 +76,7 @@ class EpisodeReport(NamedTuple):
     returns: list[float]
     lengths: list[int]
     trials: list[dict] = []
+    busy: float = -1.0  # share of the worker's wall time spent stepping envs since its last report
 
 
 class TrainReport(NamedTuple):

@@ -40,6 +40,7 @@ class Driver:
         self.writers = SummaryWriters(exp_dir / "summaries", cfg.num_policies)
         self.start = time.monotonic()
         self.last_report = self.start
+        self.last_status = self.start
         self.errors: list[str] = []
         self.eval_interval = cfg.meta_test_interval if cfg.task_schedule != "none" else cfg.eval_interval
         self.next_eval = [self.eval_interval] * cfg.num_policies
@@ -95,7 +96,9 @@ class Driver:
     def report(self) -> None:
         # Progress and ETA only toward a budget a user set (the default is effectively unlimited).
         target = self.cfg.train_for_env_steps if self.cfg.train_for_env_steps < Cfg.train_for_env_steps else None
-        log.info(self.stats.status_line(time.monotonic() - self.start, target))
+        now = time.monotonic()
+        log.info(self.stats.status_line(now - self.start, target, now - self.last_status))
+        self.last_status = now
         self.writers.write(self.stats)
 
     def should_stop(self) -> str | None:

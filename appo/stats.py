@@ -49,6 +49,8 @@ class Stats:
         self.policies = [PolicyStats() for _ in range(num_policies)]
         self.history: deque[tuple[float, int]] = deque()  # (time, total env steps)
         self.restarts = 0  # actor and policy workers started again by the driver
+        self.actor_busy: dict[int, float] = {}  # worker -> share of time stepping envs (last report)
+        self.learner_busy_seconds = 0.0  # training time reported since the last status line
 
     def on_report(self, msg: Any) -> None:
         if type(msg) is EpisodeReport:
@@ -57,6 +59,8 @@ class Stats:
             p.lengths.extend(msg.lengths)
             p.episodes += len(msg.returns)
             p.add_trials(msg.trials)
+            if msg.busy >= 0:
+                self.actor_busy[msg.worker_idx] = msg.busy
         elif type(msg) is EvalReport:
             p = self.policies[msg.policy_id]
             p.last_eval, p.new_eval = msg, True
@@ -64,6 +68,7 @@ class Stats:
             p = self.policies[msg.policy_id]
             p.env_steps, p.version = msg.env_steps, msg.version
             p.train.update(msg.stats)
+            self.learner_busy_seconds += msg.stats.get("train_seconds", 0.0)
 
     @property
     def env_steps(self) -> int:
@@ -85,8 +90,10 @@ class Stats:
                 return (steps - old_steps) / max(now - then, 1e-9) if now > then else math.nan
         return math.nan
 
-    def status_line(self, elapsed: float, target_steps: int | None = None) -> str:
-        """Env steps (with progress and ETA toward `target_steps`), FPS windows, per-policy return and lag."""
+    def status_line(self, elapsed: float, target_steps: int | None = None, interval: float = 0.0) -> str:
+        """Env steps (with progress and ETA toward `target_steps`), FPS windows, utilisation of actor workers
+        (time stepping envs) and learners (time training) over the last `interval` seconds, per-policy return
+        and lag."""
         fps = "/".join("nan" if math.isnan(f) else f"{f:.0f}" for f in (self.fps(w) for w in FPS_WINDOWS))
         steps = f"steps {self.env_steps}"
         if target_steps:
@@ -95,6 +102,11 @@ class Stats:
             eta = f"{left / rate / 60:.1f} min" if rate and not math.isnan(rate) and rate > 0 else "?"
             steps += f"/{target_steps} ({100 * self.env_steps / target_steps:.0f}%, ETA {eta})"
         parts = [steps, f"FPS (10s/1m/5m) {fps}", f"{elapsed:.0f}s"]
+        if self.actor_busy and interval:
+            actors = 100 * sum(self.actor_busy.values()) / len(self.actor_busy)
+            learners = 100 * self.learner_busy_seconds / interval / len(self.policies)
+            parts.append(f"busy: actors {actors:.0f}% learner {learners:.0f}%")
+        self.learner_busy_seconds = 0.0
         for pid, p in enumerate(self.policies):
             lag = p.train
             parts.append(

@@ -134,8 +134,10 @@ class Learner:
         """One iteration: num_epochs passes of num_batches_per_epoch minibatches; publishes weights."""
         stats: dict[str, float] = {}
         if batch.tensors["rewards"].shape[0] > 0 and not self.cfg.sampler_only:
+            began = time.monotonic()
             with self.timing.add_time("train"):
                 stats = self._train_iteration(batch.tensors)
+            stats["train_seconds"] = time.monotonic() - began
             self.version += 1
             with self.timing.add_time("publish"):
                 self.params.publish(self.model, self.version)

@@ -46,6 +46,7 @@ class ActorWorker:
         ]
         self.timing = Timing()
         self.last_report = time.monotonic()
+        self.last_stepping = 0.0
 
     def init(self) -> list[Any]:
         msgs: list[Any] = []
@@ -73,14 +74,18 @@ class ActorWorker:
         now = time.monotonic()
         if not force and now - self.last_report < EPISODE_REPORT_SECONDS:
             return []
-        self.last_report = now
-        by_policy: dict[int, list[tuple[float, int, dict | None]]] = {}
+        # Utilisation: the share of wall time since the last report spent stepping envs.
+        stepping = self.timing.totals["env_step"]
+        busy = (stepping - self.last_stepping) / max(now - self.last_report, 1e-9)
+        self.last_report, self.last_stepping = now, stepping
+        by_policy: dict[int, list[tuple[float, int, dict | None]]] = {r.policy_id: [] for r in self.runners}
         for runner in self.runners:
-            by_policy.setdefault(runner.policy_id, []).extend(runner.pop_finished())
+            by_policy[runner.policy_id].extend(runner.pop_finished())
         return [
-            EpisodeReport(pid, self.worker_idx, [e[0] for e in eps], [e[1] for e in eps], [e[2] for e in eps if e[2]])
+            EpisodeReport(
+                pid, self.worker_idx, [e[0] for e in eps], [e[1] for e in eps], [e[2] for e in eps if e[2]], busy
+            )
             for pid, eps in by_policy.items()
-            if eps
         ]
 
     def heartbeat(self) -> list[Any]:
