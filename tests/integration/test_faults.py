@@ -71,6 +71,13 @@ def finish(proc: subprocess.Popen, timeout: float = 90) -> str:
     return out
 
 
+def wait_for_checkpoints(ckpt_dir: Path, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list_checkpoints(ckpt_dir)) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} checkpoints written in {ckpt_dir}"
+        time.sleep(0.3)
+
+
 def _wait_for(log: Path, text: str, timeout: float = 40) -> None:
     deadline = time.monotonic() + timeout
     while text not in (log.read_text() if log.exists() else ""):
@@ -168,10 +175,7 @@ def test_killed_learner_stops_the_run_and_the_rerun_resumes(train_dir):
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=lr", "--train_for_env_steps=400000"]
     proc = start(args)
     ckpt_dir = train_dir / "lr" / "checkpoint_p0"
-    deadline = time.monotonic() + 60
-    while len(list_checkpoints(ckpt_dir)) < 2:
-        assert time.monotonic() < deadline, "no checkpoints written"
-        time.sleep(0.3)
+    wait_for_checkpoints(ckpt_dir, 2)
     find("appo:lr:learner_0").kill()
     out = finish(proc)
     assert proc.returncode == 1, out[-3000:]
@@ -211,10 +215,7 @@ def test_driver_killed_9_leaves_no_orphans_and_the_rerun_resumes(train_dir):
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=d9", "--train_for_env_steps=2000000"]
     proc = start(args)
     ckpt_dir = train_dir / "d9" / "checkpoint_p0"
-    deadline = time.monotonic() + 60
-    while len(list_checkpoints(ckpt_dir)) < 2:
-        assert time.monotonic() < deadline, "no checkpoints written"
-        time.sleep(0.3)
+    wait_for_checkpoints(ckpt_dir, 2)
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.kill()
     proc.communicate()
