@@ -33,12 +33,13 @@ from appo.messages import (
 )
 
 QUEUE_BYTES = 4 * 1024 * 1024
-INBOX_BYTES = 256 * 1024
+INBOX_BYTES = 64 * 1024  # a few ActionsReady / SlotsReleased per split at a time
+POLICY_QUEUE_BYTES = 1024 * 1024  # at most one InferenceRequest per split waits
 # A restarted actor or policy worker gets a fresh queue to read: a process killed while waiting on a
 # process-shared condition variable can leave it so that the next writer blocks forever (glibc), so the old
 # queue is abandoned. A worker can therefore be restarted at most SPARES - 1 times.
-INBOX_SPARES = 8
-POLICY_QUEUE_SPARES = 4
+INBOX_SPARES = 32
+POLICY_QUEUE_SPARES = 16
 
 
 class LocalQueue:
@@ -76,7 +77,7 @@ class Queues(NamedTuple):
 def queue_bytes(num_workers: int, num_policies: int) -> int:
     """Shared memory taken by the queues of `wire` (faster-fifo buffers live in /dev/shm)."""
     inboxes = num_workers * INBOX_SPARES * INBOX_BYTES
-    return inboxes + (num_policies * (POLICY_QUEUE_SPARES + 1) + 2) * QUEUE_BYTES
+    return inboxes + num_policies * POLICY_QUEUE_SPARES * POLICY_QUEUE_BYTES + (num_policies + 2) * QUEUE_BYTES
 
 
 def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
@@ -97,7 +98,9 @@ def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
     return Queues(
         actor_inboxes=[[make(INBOX_BYTES) for _ in range(spares)] for _ in range(num_workers)],
         incarnations=torch.zeros(num_workers, dtype=torch.int64).share_memory_(),
-        policy_queues=[[make() for _ in range(1 if local else POLICY_QUEUE_SPARES)] for _ in range(num_policies)],
+        policy_queues=[
+            [make(POLICY_QUEUE_BYTES) for _ in range(1 if local else POLICY_QUEUE_SPARES)] for _ in range(num_policies)
+        ],
         policy_incarnations=torch.zeros(num_policies, dtype=torch.int64).share_memory_(),
         learner_queues=[make() for _ in range(num_policies)],
         eval_queue=make(),
