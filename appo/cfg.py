@@ -55,7 +55,7 @@ class SamplingCfg:
     decorrelate_experience_max_seconds: float = _f(0.0, "random warm-up stepping per worker at start")
     reward_scale: float = _f(1.0, "rewards are multiplied by this before learning")
     reward_clip: float = _f(0.0, "rewards are clipped to +-this before learning; 0 disables")
-    worker_stuck_timeout: float = _f(60.0, "seconds without a heartbeat before an actor worker is replaced")
+    worker_stuck_timeout: float = _f(30.0, "seconds without a heartbeat before an actor worker is replaced")
     max_env_errors: int = _f(10, "consecutive failures of one env (rebuilt each time) before the run fails")
 
 

@@ -30,6 +30,8 @@ from envs import UnknownEnvError, make_run_env
 from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, log_path
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class Driver:
     """Report aggregation and stop criteria, shared by the process and serial modes."""
@@ -205,8 +207,15 @@ def run(cfg: Cfg) -> int:
     params = [ParamStore(template, ctx) for _ in range(cfg.num_policies)]
     queues = wire(cfg.num_workers, cfg.num_policies)
     driver = Driver(cfg, exp_dir)
-    sup = spawn_all(ctx, cfg, derived, exp_dir, spaces, buffers, control, params, device, queues)
-    return supervise(cfg, driver, queues, sup)
+    # Signals are caught from before the first child starts: a SIGTERM during start-up stops cleanly too.
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum)) for s in STOP_SIGNALS}
+    try:
+        sup = spawn_all(ctx, cfg, derived, exp_dir, spaces, buffers, control, params, device, queues)
+        return supervise(cfg, driver, queues, sup, received)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def spawn_all(
@@ -250,9 +259,8 @@ def spawn_all(
     return sup
 
 
-def supervise(cfg: Cfg, driver: Driver, queues: Queues, sup: Supervisor) -> int:
+def supervise(cfg: Cfg, driver: Driver, queues: Queues, sup: Supervisor, received: list[int]) -> int:
     """The driver's loop: reports in, status out, until a stop criterion, a signal or a failure."""
-    received: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
         if received:  # a second Ctrl-C: no more waiting, but no orphans either
@@ -261,7 +269,8 @@ def supervise(cfg: Cfg, driver: Driver, queues: Queues, sup: Supervisor) -> int:
             os._exit(130)
         received.append(signum)
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in STOP_SIGNALS:
+        signal.signal(s, on_signal)
     reason = None
     try:
         while reason is None:
@@ -277,8 +286,6 @@ def supervise(cfg: Cfg, driver: Driver, queues: Queues, sup: Supervisor) -> int:
         log.info("stopping: %s", reason)
     finally:
         shutdown(queues, sup, driver)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     for error in driver.errors:
         log.error("%s", error)
     if driver.errors:

@@ -101,7 +101,9 @@ def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_ta
     assert "stopping: reached 250000 env steps" in log.read_text()
     acc = EventAccumulator(str(train_dir / "k" / "summaries" / "0"), size_guidance={"scalars": 0})
     acc.Reload()
-    assert acc.Scalars("stats/worker_restarts")[-1].value == 2
+    # Two kills, two restarts; a third is allowed: an actor worker blocked writing to the dead policy worker's
+    # old queue is caught by its heartbeat and replaced as well.
+    assert acc.Scalars("stats/worker_restarts")[-1].value in (2, 3)
 
 
 def test_env_errors_are_survived_and_logged_once(train_dir):
@@ -160,7 +162,7 @@ def test_sigterm_saves_and_exits_143(train_dir):
     proc = start([*FAST, f"--train_dir={train_dir}", "--experiment=term", "--train_for_seconds=120"])
     log = train_dir / "term" / "log.txt"
     deadline = time.monotonic() + 60
-    while steps_in(log) if log.exists() else 0 < 2000:
+    while (steps_in(log) if log.exists() else 0) < 2000:
         assert time.monotonic() < deadline
         time.sleep(0.5)
     started = time.monotonic()

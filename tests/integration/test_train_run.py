@@ -142,7 +142,7 @@ def test_sixteen_workers_oversubscribed(train_dir):
             f"--train_dir={train_dir}",
             "--experiment=w16",
             "--num_workers=16",
-            "--train_for_seconds=25",
+            "--train_for_seconds=60",
             "--report_interval=2",
         ],
         timeout=170,
