@@ -56,6 +56,7 @@ class SamplingCfg:
     reward_scale: float = _f(1.0, "rewards are multiplied by this before learning")
     reward_clip: float = _f(0.0, "rewards are clipped to +-this before learning; 0 disables")
     worker_stuck_timeout: float = _f(30.0, "seconds without a heartbeat before an actor worker is replaced")
+    stall_timeout: float = _f(300.0, "seconds without any env step trained before the run stops with an error")
     max_env_errors: int = _f(10, "consecutive failures of one env (rebuilt each time) before the run fails")
 
 
@@ -286,7 +287,8 @@ def verify(cfg: Cfg) -> list[str]:
         ["num_workers", "num_envs_per_worker", "worker_num_splits", "rollout", "num_policies", "batch_size"]
         + ["num_batches_per_epoch", "num_epochs", "policy_workers_per_policy", "learning_rate", "rnn_size"]
         + ["keep_checkpoints", "report_interval", "train_for_env_steps", "train_for_seconds"]
-        + ["episodes_per_trial", "num_test_tasks", "eval_episodes", "worker_stuck_timeout", "max_env_errors"],
+        + ["episodes_per_trial", "num_test_tasks", "eval_episodes", "worker_stuck_timeout", "max_env_errors"]
+        + ["stall_timeout"],
     )
     if errors:
         return errors

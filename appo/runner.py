@@ -43,6 +43,7 @@ class Driver:
         self.start = time.monotonic()
         self.last_report = self.start
         self.last_status = self.start
+        self.progress = (0, self.start)  # (env steps, when they last changed)
         self.errors: list[str] = []
         self.eval_interval = cfg.meta_test_interval if cfg.task_schedule != "none" else cfg.eval_interval
         self.next_eval = [self.eval_interval] * cfg.num_policies
@@ -106,6 +107,15 @@ class Driver:
     def should_stop(self) -> str | None:
         if self.errors:
             return "component failed"
+        now = time.monotonic()
+        if self.stats.env_steps != self.progress[0]:
+            self.progress = (self.stats.env_steps, now)
+        elif now - self.progress[1] > self.cfg.stall_timeout:
+            self.errors.append(
+                f"no training progress for {self.cfg.stall_timeout:g} s (--stall_timeout): a queue may "
+                "be blocked by a worker killed while writing to it; run the command again to resume"
+            )
+            return "stalled"
         if self.stats.env_steps >= self.cfg.train_for_env_steps:
             return f"reached {self.cfg.train_for_env_steps} env steps"
         if time.monotonic() - self.start >= self.cfg.train_for_seconds:
@@ -271,9 +281,12 @@ def supervise(cfg: Cfg, driver: Driver, queues: Queues, sup: Supervisor, receive
 
     for s in STOP_SIGNALS:
         signal.signal(s, on_signal)
+    # Longer than a legitimate shutdown (final evaluation, learners saving) can take.
+    watchdog = Watchdog(sup, limit=max(cfg.stall_timeout, 240.0))
     reason = None
     try:
         while reason is None:
+            watchdog.beat()
             try:
                 msgs = queues.driver_queue.get_many(timeout=0.1)
             except Exception:  # queue.Empty on timeout
@@ -285,12 +298,43 @@ def supervise(cfg: Cfg, driver: Driver, queues: Queues, sup: Supervisor, receive
             reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
         log.info("stopping: %s", reason)
     finally:
+        watchdog.beat()  # the shutdown has its own timeouts; the watchdog stays as the last resort
         shutdown(queues, sup, driver)
+        watchdog.stop()
     for error in driver.errors:
         log.error("%s", error)
     if driver.errors:
         return 1
     return 143 if received and received[0] == signal.SIGTERM else 0
+
+
+class Watchdog:
+    """Last resort against a driver blocked inside a queue call (a worker killed while holding the queue's
+    lock leaves it locked for good): when the driver's loop has not come round for `limit` seconds, kill
+    every child and exit 1, so that a wrapper or a person can resume the run instead of it hanging."""
+
+    def __init__(self, sup: Supervisor, limit: float) -> None:
+        self.sup, self.limit = sup, limit
+        self.last = time.monotonic()
+        self.stopped = threading.Event()
+        threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(1.0):
+            if time.monotonic() - self.last > self.limit:
+                log.error(
+                    "the driver has been blocked for over %.0f s; killing every process (resume by running "
+                    "the same command again)",
+                    self.limit,
+                )
+                self.sup.kill_all()
+                os._exit(1)
 
 
 def final_evaluation(driver: Driver, queues: Queues, timeout: float = 120.0) -> None:

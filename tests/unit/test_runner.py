@@ -29,3 +29,23 @@ def test_too_small_dev_shm_is_refused_with_the_size_needed(monkeypatch, capsys, 
 def test_enough_dev_shm_passes(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "disk_usage", lambda _path: Usage(2**34, 0, 2**34))
     check_shared_memory(Cfg(num_workers=16), SPACES, shm=str(tmp_path))
+
+
+def test_driver_stops_with_an_error_when_training_stalls(tmp_path):
+    import time
+
+    from appo.messages import TrainReport
+    from appo.runner import Driver
+
+    driver = Driver(Cfg(stall_timeout=0.3), tmp_path)
+    try:
+        driver.on_messages([TrainReport(0, 1000, 1, {})])
+        assert driver.should_stop() is None  # progress
+        time.sleep(0.15)
+        driver.on_messages([TrainReport(0, 2000, 2, {})])
+        assert driver.should_stop() is None
+        time.sleep(0.4)
+        assert driver.should_stop() == "stalled"
+        assert "no training progress for 0.3 s (--stall_timeout)" in driver.errors[0]
+    finally:
+        driver.writers.close()
