@@ -21,7 +21,7 @@ from gymnasium import utils
 from gymnasium.envs.mujoco.ant_v5 import AntEnv
 from numpy.typing import NDArray
 
-from envs.tasks import Task, TaskEnvMixin
+from envs.tasks import Task, TaskEnvMixin, VelocityTasks
 
 CTRL_COST_WEIGHT = 5e-3
 CONTACT_COST_WEIGHT = 5e-4
@@ -97,21 +97,11 @@ class AntDir2DEnv(_AntTaskEnv):
         return math.cos(angle) * float(info["x_velocity"]) + math.sin(angle) * float(info["y_velocity"])
 
 
-class AntVelEnv(_AntTaskEnv):
+class AntVelEnv(VelocityTasks, _AntTaskEnv):
     """ant_vel: run forward at a target speed. task {'velocity': v}, v ~ U[task_low, task_high] = U[0, 3];
     reward_task = -|x_velocity - v| + 1.0."""
 
-    task_keys = ("velocity",)
-
-    def __init__(
-        self, task: Mapping[str, float] | None = None, task_low: float = 0.0, task_high: float = 3.0, **kwargs: Any
-    ) -> None:
-        self.task_low, self.task_high = float(task_low), float(task_high)
-        super().__init__(task=task, **kwargs)
-        self._ezpickle_kwargs.update(task_low=task_low, task_high=task_high)
-
-    def _sample_continuous(self, n: int, rng: np.random.Generator) -> list[Task]:
-        return [{"velocity": float(v)} for v in rng.uniform(self.task_low, self.task_high, size=n)]
+    default_task_high = 3.0
 
     def _task_reward(self, info: dict[str, Any]) -> float:
         return -abs(float(info["x_velocity"]) - self._task["velocity"]) + 1.0

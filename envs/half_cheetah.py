@@ -18,7 +18,7 @@ from gymnasium import utils
 from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
 from numpy.typing import NDArray
 
-from envs.tasks import Task, TaskEnvMixin
+from envs.tasks import TaskEnvMixin, VelocityTasks
 
 CTRL_COST_WEIGHT = 0.05
 
@@ -54,21 +54,11 @@ class _HalfCheetahTaskEnv(TaskEnvMixin, HalfCheetahEnv):
         return {**super()._get_reset_info(), "task": self.get_task()}
 
 
-class HalfCheetahVelEnv(_HalfCheetahTaskEnv):
+class HalfCheetahVelEnv(VelocityTasks, _HalfCheetahTaskEnv):
     """half_cheetah_vel: run at a target speed. task {'velocity': v}, v ~ U[task_low, task_high] = U[0, 2]
     (`task_high=3` widens it); reward_task = -|x_velocity - v|."""
 
-    task_keys = ("velocity",)
-
-    def __init__(
-        self, task: Mapping[str, float] | None = None, task_low: float = 0.0, task_high: float = 2.0, **kwargs: Any
-    ) -> None:
-        self.task_low, self.task_high = float(task_low), float(task_high)
-        super().__init__(task=task, **kwargs)
-        self._ezpickle_kwargs.update(task_low=task_low, task_high=task_high)
-
-    def _sample_continuous(self, n: int, rng: np.random.Generator) -> list[Task]:
-        return [{"velocity": float(v)} for v in rng.uniform(self.task_low, self.task_high, size=n)]
+    default_task_high = 2.0
 
     def _task_reward(self, x_velocity: float) -> float:
         return -abs(x_velocity - self._task["velocity"])

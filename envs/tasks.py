@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -83,6 +83,29 @@ class TaskEnvMixin:
     def get_task(self) -> Task:
         """A copy of the current task."""
         return dict(self._task)
+
+
+class VelocityTasks:
+    """Mixin (before the env class) for target-speed families: task {'velocity': v}, v ~ U[task_low,
+    task_high], with `default_task_high` per family; the bounds are kept for pickling."""
+
+    task_keys: ClassVar[tuple[str, ...]] = ("velocity",)
+    default_task_high: ClassVar[float] = 1.0
+
+    def __init__(
+        self,
+        task: Mapping[str, float] | None = None,
+        task_low: float = 0.0,
+        task_high: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.task_low = float(task_low)
+        self.task_high = float(self.default_task_high if task_high is None else task_high)
+        super().__init__(task=task, **kwargs)
+        self._ezpickle_kwargs.update(task_low=self.task_low, task_high=self.task_high)
+
+    def _sample_continuous(self, n: int, rng: np.random.Generator) -> list[Task]:
+        return [{"velocity": float(v)} for v in rng.uniform(self.task_low, self.task_high, size=n)]
 
 
 def task_family(env: gym.Env) -> TaskFamily:
