@@ -31,7 +31,7 @@ class RunCfg:
     train_dir: str = _f("./train_dir", "root folder of all runs")
     seed: int = _f(0, "random seed of envs and torch")
     device: str = _f("auto", "torch device of policy workers and learners: auto, cpu, cuda, cuda:N")
-    train_for_env_steps: int = _f(10_000_000_000, "stop after this many env steps (summed over policies)")
+    train_for_env_steps: int = _f(10_000_000_000, "stop once every policy has trained on this many env steps")
     train_for_seconds: float = _f(1e10, "stop after this many seconds of this session")
     save_every_sec: float = _f(120.0, "seconds between regular checkpoints")
     keep_checkpoints: int = _f(3, "regular checkpoints kept per policy (plus the best)")
@@ -118,7 +118,24 @@ class EvalCfg:
 
 
 @dataclass
-class Cfg(RunCfg, SamplingCfg, LearningCfg, ModelCfg, MetaCfg, EvalCfg):
+class PbtCfg:
+    with_pbt: bool = _f(False, "population-based training of the --num_policies policies")
+    pbt_period_env_steps: int = _f(5_000_000, "a policy's env steps between its PBT decisions")
+    pbt_start_mutation: int = _f(20_000_000, "a policy's env steps before its first PBT decision")
+    pbt_replace_fraction: float = _f(0.3, "share of the population that counts as best, and as worst")
+    pbt_mutation_rate: float = _f(0.15, "probability of each hyperparameter being perturbed at a decision")
+    pbt_replace_reward_gap: float = _f(0.1, "relative objective gap (to the better one) needed to replace a policy")
+    pbt_replace_reward_gap_absolute: float = _f(1e-6, "absolute objective gap needed to replace a policy")
+    pbt_perturb_min: float = _f(1.05, "smallest factor a perturbed hyperparameter is multiplied or divided by")
+    pbt_perturb_max: float = _f(1.5, "largest such factor")
+    pbt_target_objective: str = _f(
+        "train_return", "train_return (average of the last 100 episodes) or eval_return (latest eval / meta-test)"
+    )
+    policy_hparams: str = _f("", 'JSON: starting hyperparameters per policy, e.g. {"1": {"learning_rate": 0}}')
+
+
+@dataclass
+class Cfg(RunCfg, SamplingCfg, LearningCfg, ModelCfg, MetaCfg, EvalCfg, PbtCfg):
     """The whole configuration of a run: every flag, flat."""
 
 
@@ -129,6 +146,7 @@ GROUPS: list[tuple[str, type]] = [
     ("model", ModelCfg),
     ("meta", MetaCfg),
     ("evaluation", EvalCfg),
+    ("population-based training", PbtCfg),
 ]
 # Flags that only steer this session and are never taken from a saved cfg.json on resume.
 SESSION_FLAGS = {"train_for_seconds", "serial_mode", "log_level", "device"}
@@ -263,6 +281,15 @@ def derive(cfg: Cfg) -> Derived:
         groups = max(math.ceil(samples / steps_per_round), 1)
         samples = groups * steps_per_round
         minibatches = max(round(samples / cfg.batch_size), 1)
+    if cfg.num_policies > 1:
+        # Envs of one group may run different policies, and a group is refilled only once every learner has
+        # released its part. A learner short of a batch can therefore hold as many groups as it has
+        # trajectories; with more groups than all learners together can hold short of a batch, some group is
+        # always free (no deadlock). The price is memory, and with --async_rl=False some experience is a
+        # version old when trained on.
+        needed = max(samples // max(cfg.rollout, 1), 1)
+        accumulate = cfg.num_minibatches_to_accumulate if cfg.async_rl else 1
+        groups = 1 + math.ceil(cfg.num_policies * accumulate * needed / max(num_splits_total, 1))
     return Derived(
         num_envs_total=num_envs_total,
         envs_per_split=envs_per_split,
@@ -323,7 +350,57 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(f"--device={cfg.device}: must be auto, cpu, cuda or cuda:N")
     if not cfg.experiment or "/" in cfg.experiment:
         errors.append(f"--experiment={cfg.experiment!r}: must be a non-empty name without '/'")
+    return errors + verify_pbt(cfg)
+
+
+def verify_pbt(cfg: Cfg) -> list[str]:
+    errors = []
+    if cfg.with_pbt and cfg.num_policies < 2:
+        errors.append(f"--with_pbt: needs --num_policies >= 2 (got {cfg.num_policies})")
+    if not 0.0 < cfg.pbt_replace_fraction <= 0.5:
+        errors.append(f"--pbt_replace_fraction={cfg.pbt_replace_fraction}: must be in (0, 0.5]")
+    if not 0.0 <= cfg.pbt_mutation_rate <= 1.0:
+        errors.append(f"--pbt_mutation_rate={cfg.pbt_mutation_rate}: must be in [0, 1]")
+    if not 1.0 <= cfg.pbt_perturb_min <= cfg.pbt_perturb_max:
+        errors.append(
+            f"--pbt_perturb_min={cfg.pbt_perturb_min}, --pbt_perturb_max={cfg.pbt_perturb_max}: need 1 <= min <= max"
+        )
+    if cfg.pbt_period_env_steps <= 0 or cfg.pbt_start_mutation < 0:
+        errors.append("--pbt_period_env_steps must be > 0 and --pbt_start_mutation >= 0")
+    if cfg.pbt_target_objective not in ("train_return", "eval_return"):
+        errors.append(f"--pbt_target_objective={cfg.pbt_target_objective}: must be train_return or eval_return")
+    elif cfg.pbt_target_objective == "eval_return" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
+        errors.append("--pbt_target_objective=eval_return: needs --eval_interval > 0 (or --meta_test_interval)")
+    try:
+        policy_hparams(cfg)
+    except ValueError as exc:
+        errors.append(f"--policy_hparams={cfg.policy_hparams!r}: {exc}")
     return errors
+
+
+def policy_hparams(cfg: Cfg) -> dict[int, dict[str, float]]:
+    """--policy_hparams parsed and checked: policy id -> {hyperparameter: value}; ValueError says what is wrong."""
+    from appo.pbt import HPARAMS
+
+    if not cfg.policy_hparams:
+        return {}
+    try:
+        raw = json.loads(cfg.policy_hparams)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg})") from None
+    if not isinstance(raw, dict):
+        raise ValueError('must be an object like {"1": {"learning_rate": 0.001}}')
+    out: dict[int, dict[str, float]] = {}
+    for key, values in raw.items():
+        if not str(key).isdigit() or int(key) >= cfg.num_policies:
+            raise ValueError(f"policy {key!r} is not one of 0..{cfg.num_policies - 1}")
+        if not isinstance(values, dict) or not all(isinstance(v, int | float) for v in values.values()):
+            raise ValueError(f"policy {key}: must map hyperparameter names to numbers")
+        unknown = sorted(set(values) - set(HPARAMS))
+        if unknown:
+            raise ValueError(f"unknown hyperparameters {', '.join(unknown)}; valid: {', '.join(HPARAMS)}")
+        out[int(key)] = {k: float(v) for k, v in values.items()}
+    return out
 
 
 def verify_or_exit(cfg: Cfg) -> None:

@@ -89,6 +89,11 @@ def _atomic_save(state: dict[str, Any], final_path: Path) -> Path:
     return final_path
 
 
+def save_snapshot(state: dict[str, Any], path: Path) -> Path:
+    """Write a state outside the regular rotation (a PBT snapshot), atomically like every checkpoint."""
+    return _atomic_save(state, path)
+
+
 def list_checkpoints(ckpt_dir: Path) -> list[Path]:
     """Regular checkpoints in ``ckpt_dir``, sorted oldest to newest by (version, env_steps) parsed from the name.
 

@@ -42,7 +42,7 @@ RENDER_MODES = ("auto", "human", "rgb_array", "none")
 class EnjoyCfg(Cfg):
     """The run's cfg plus the flags of one evaluation."""
 
-    policy_index: int = _f(0, "which policy of the run to load (checkpoint_p<index>)")
+    policy_index: str = _f("0", "which policy of the run to load (checkpoint_p<index>), or best (best_policy.json)")
     checkpoint: str = _f("latest", "latest, best, or a path to a checkpoint .pth file")
     max_num_episodes: int = _f(5, "episodes to run (rounded up to whole trials for meta-task envs)")
     stochastic: bool = _f(False, "sample actions instead of taking the distribution's mode")
@@ -73,10 +73,25 @@ def check_flags(cfg: EnjoyCfg) -> None:
         raise EnjoyError(f"--render_mode={cfg.render_mode}: must be one of {', '.join(RENDER_MODES)}")
     if cfg.no_render and cfg.save_video:
         raise EnjoyError("--no_render and --save_video contradict each other: pass one of them")
-    if not 0 <= cfg.policy_index < cfg.num_policies:
-        raise EnjoyError(f"--policy_index={cfg.policy_index}: the run has policies 0..{cfg.num_policies - 1}")
+    resolve_policy_index(cfg)
     if cfg.task != "random" and not cfg.task.isdigit():
         raise EnjoyError(f"--task={cfg.task}: must be an index into the test task split, or random")
+
+
+def resolve_policy_index(cfg: EnjoyCfg) -> int:
+    """--policy_index as a number; `best` reads the run's best_policy.json (kept current by the driver)."""
+    from appo.pbt_controller import BEST_POLICY_FILE, read_best_policy
+
+    if cfg.policy_index == "best":
+        best = read_best_policy(experiment_dir(cfg))
+        if best is None:
+            raise EnjoyError(f"--policy_index=best: {experiment_dir(cfg) / BEST_POLICY_FILE} does not exist yet")
+        return best
+    if not cfg.policy_index.isdigit() or int(cfg.policy_index) >= cfg.num_policies:
+        raise EnjoyError(
+            f"--policy_index={cfg.policy_index}: the run has policies 0..{cfg.num_policies - 1} (or pass best)"
+        )
+    return int(cfg.policy_index)
 
 
 def has_display() -> bool:
@@ -114,7 +129,7 @@ def load_policy_state(cfg: EnjoyCfg) -> tuple[dict[str, Any], Path]:
     """The checkpoint --checkpoint names (latest, best or a path), loaded with weights_only=True on the CPU."""
     from appo.checkpoint import find_best, load_checkpoint, load_latest
 
-    ckpt_dir = checkpoint_dir(experiment_dir(cfg), cfg.policy_index)
+    ckpt_dir = checkpoint_dir(experiment_dir(cfg), resolve_policy_index(cfg))
     if cfg.checkpoint == "latest":
         loaded = load_latest(ckpt_dir)
         if loaded is None:

@@ -13,6 +13,10 @@ Who sends what to whom (the queues themselves are created in appo.runner.wire):
     actor worker  --EpisodeReport----->  driver queue
     learner       --TrainReport------->  driver queue
     driver        --ReturnSummary----->  learner queue (for the best checkpoint)
+    driver        --SetHyperparams---->  learner queue (PBT: mutated hyperparameters)
+    driver        --CopyPolicy-------->  learner queue of the source (PBT replacement, step 1) ...
+    learner       --LoadPolicy-------->  ... which snapshots itself and tells the target's learner (step 2)
+    learner       --HyperparamsReport->  driver queue (at start: the hyperparameters a checkpoint restored)
     driver        --EvalRequest------->  evaluator queue
     evaluator     --EvalReport-------->  driver queue
     any child     --ErrorReport------->  driver queue, then exits non-zero
@@ -26,7 +30,8 @@ from typing import Any, NamedTuple
 
 class InferenceRequest(NamedTuple):
     """Split `split_idx` of actor worker `worker_idx` waits for actions for its envs, whose current
-    observations sit at time index `t` of slots first_slot .. first_slot + num_envs - 1."""
+    observations sit at time index `t` of slots first_slot .. first_slot + num_envs - 1; or, when `envs`
+    is given (several policies share the split), of slots first_slot + e for e in envs."""
 
     policy_id: int
     worker_idx: int
@@ -35,6 +40,7 @@ class InferenceRequest(NamedTuple):
     num_envs: int
     t: int
     incarnation: int = 0  # which start of this actor worker asked (a restarted worker ignores old replies)
+    envs: tuple[int, ...] | None = None  # this policy's envs within the split; None: all of them
 
 
 class ActionsReady(NamedTuple):
@@ -46,10 +52,12 @@ class ActionsReady(NamedTuple):
     first_slot: int = 0
     t: int = 0
     incarnation: int = 0
+    policy_id: int = 0
 
 
 class TrajectoryReady(NamedTuple):
-    """A slot group is full: `num_envs` trajectories of `rollout` steps in consecutive slots."""
+    """A slot group is full: `num_envs` trajectories of `rollout` steps of this policy, in consecutive slots
+    from `first_slot`, or in slots first_slot + e for e in `envs` when the group's envs ran several policies."""
 
     policy_id: int
     worker_idx: int
@@ -57,14 +65,17 @@ class TrajectoryReady(NamedTuple):
     group_idx: int
     first_slot: int
     num_envs: int
+    envs: tuple[int, ...] | None = None
 
 
 class SlotsReleased(NamedTuple):
-    """The learner has copied (async) or trained on (sync) this slot group; the actor may refill it."""
+    """The learner of `policy_id` has copied (async) or trained on (sync) its part of this slot group; the
+    actor refills the group once every policy's learner has released it."""
 
     worker_idx: int
     split_idx: int
     group_idx: int
+    policy_id: int = 0
 
 
 class EpisodeReport(NamedTuple):
@@ -114,6 +125,39 @@ class ReturnSummary(NamedTuple):
 
     policy_id: int
     return_mean: float
+
+
+class SetHyperparams(NamedTuple):
+    """PBT: train policy `policy_id` with these hyperparameters from its next iteration on."""
+
+    policy_id: int
+    hparams: dict[str, float]
+
+
+class CopyPolicy(NamedTuple):
+    """PBT, to the learner of the better policy `policy_id`: snapshot yourself (weights, optimizer, normalisers)
+    and have the learner of `target` load the snapshot with `hparams`."""
+
+    policy_id: int
+    target: int
+    hparams: dict[str, float]
+
+
+class LoadPolicy(NamedTuple):
+    """PBT, to the learner of `policy_id`: replace your weights, optimizer state and normalisers with the
+    snapshot at `path` (taken from policy `source`) and train with `hparams` from now on."""
+
+    policy_id: int
+    source: int
+    path: str
+    hparams: dict[str, float]
+
+
+class HyperparamsReport(NamedTuple):
+    """A learner's hyperparameters as it starts (restored from its checkpoint on resume)."""
+
+    policy_id: int
+    hparams: dict[str, float]
 
 
 class ErrorReport(NamedTuple):

@@ -94,12 +94,33 @@ def run_labels(runs: list[Path]) -> list[str]:
     return [r.name if names.count(r.name) == 1 else str(r) for r in runs]
 
 
-def collect(runs: list[Path], tag: str) -> tuple[list[Series], list[tuple[str, np.ndarray]]]:
-    """The `tag` series and the adaptation curves of every policy of every run."""
+def select_policies(run: Path, policy_index: str = "all") -> list[tuple[int, Path]]:
+    """The summary folders of `run` that --policy_index picks: all, a number, or best (best_policy.json)."""
+    from appo.pbt_controller import read_best_policy
+
+    policies = policy_summary_dirs(run)
+    if policy_index == "all":
+        return policies
+    if policy_index == "best":
+        wanted = read_best_policy(run)
+        if wanted is None:
+            raise PlotError(f"--policy_index=best: {run} has no best_policy.json")
+    elif policy_index.isdigit():
+        wanted = int(policy_index)
+    else:
+        raise PlotError(f"--policy_index={policy_index}: must be all, best or a policy number")
+    chosen = [(pid, folder) for pid, folder in policies if pid == wanted]
+    if not chosen:
+        raise PlotError(f"--policy_index={policy_index}: {run} has summaries of policies {[p for p, _ in policies]}")
+    return chosen
+
+
+def collect(runs: list[Path], tag: str, policy_index: str = "all") -> tuple[list[Series], list[tuple[str, np.ndarray]]]:
+    """The `tag` series and the adaptation curves of the chosen policies of every run."""
     series: list[Series] = []
     curves: list[tuple[str, np.ndarray]] = []
     for run, run_label in zip(runs, run_labels(runs), strict=True):
-        policies = policy_summary_dirs(run)
+        policies = select_policies(run, policy_index)
         for pid, folder in policies:
             label = run_label if len(policies) == 1 else f"{run_label}/p{pid}"
             acc = load_events(folder)
@@ -177,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (train_dir/NAME)")
     parser.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN/plots/returns.png)")
     parser.add_argument("--tag", default=DEFAULT_TAG, help=f"scalar tag to plot (default: {DEFAULT_TAG})")
+    parser.add_argument(
+        "--policy_index", default="all", help="all (default), a policy number, or best (the run's best_policy.json)"
+    )
     return parser
 
 
@@ -188,11 +212,11 @@ def adaptation_out(out: Path) -> Path:
     return out.with_name(f"{out.stem}_adaptation{out.suffix or '.png'}")
 
 
-def plot_runs(runs: list[Path], tag: str, out: Path) -> None:
+def plot_runs(runs: list[Path], tag: str, out: Path, policy_index: str = "all") -> None:
     """Read every run, then write the figures; PlotError on a missing run or when no run has `tag`."""
     for run in runs:
-        policy_summary_dirs(run)  # fail on a bad folder before the slow reading of the good ones
-    series, curves = collect(runs, tag)
+        select_policies(run, policy_index)  # fail on a bad folder before the slow reading of the good ones
+    series, curves = collect(runs, tag, policy_index)
     if not series:
         raise PlotError(f"no '{tag}' scalars in {', '.join(map(str, runs))}")
     plot_returns(series, tag, out)
@@ -209,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: appo.plot needs matplotlib and tensorboard ({exc})", file=sys.stderr)
         return 2
     try:
-        plot_runs(args.runs, args.tag, args.out or default_out(args.runs))
+        plot_runs(args.runs, args.tag, args.out or default_out(args.runs), args.policy_index)
     except PlotError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

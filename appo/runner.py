@@ -20,8 +20,9 @@ import torch
 from appo.buffers import allocate_control, allocate_trajectories, shared_bytes
 from appo.cfg import Cfg, cfg_to_dict, derive, experiment_dir, resolve_device, verify_or_exit
 from appo.learning.param_sync import ParamStore
-from appo.messages import ErrorReport, EvalReport, EvalRequest, ReturnSummary, Stop
+from appo.messages import ErrorReport, EvalReport, EvalRequest, HyperparamsReport, ReturnSummary, Stop
 from appo.model import make_model
+from appo.pbt_controller import PbtController
 from appo.processes import process_title, set_process_title, spawn_context, stop_processes
 from appo.stats import Stats, SummaryWriters, eval_line
 from appo.supervision import Supervisor
@@ -48,6 +49,7 @@ class Driver:
         self.eval_interval = cfg.meta_test_interval if cfg.task_schedule != "none" else cfg.eval_interval
         self.next_eval = [self.eval_interval] * cfg.num_policies
         self.eval_pending = [False] * cfg.num_policies
+        self.pbt = PbtController(cfg, exp_dir)
 
     def on_messages(self, msgs: list[Any]) -> None:
         for msg in msgs:
@@ -57,6 +59,8 @@ class Driver:
             if type(msg) is EvalReport:
                 self.eval_pending[msg.policy_id] = False
                 log.info(eval_line(msg))
+            elif type(msg) is HyperparamsReport:
+                self.pbt.on_hparams(msg.policy_id, msg.hparams)
             self.stats.on_report(msg)
 
     def eval_requests(self, force: bool = False) -> list[EvalRequest]:
@@ -88,11 +92,12 @@ class Driver:
         """Periodic work; returns the messages to send (return summaries for the learners)."""
         now = time.monotonic()
         self.stats.sample(now)
-        out: list[Any] = self.eval_requests()
+        out: list[Any] = self.eval_requests() + self.pbt.tick(self.stats.policies)
         if now - self.last_report < self.cfg.report_interval:
             return out
         self.last_report = now
         self.report()
+        self.pbt.write_best(self.stats.policies)
         metrics = [(pid, self._best_metric(pid)) for pid in range(self.cfg.num_policies)]
         return out + [ReturnSummary(pid, value) for pid, value in metrics if value is not None]
 
@@ -116,14 +121,17 @@ class Driver:
                 "be blocked by a worker killed while writing to it; run the command again to resume"
             )
             return "stalled"
-        if self.stats.env_steps >= self.cfg.train_for_env_steps:
-            return f"reached {self.cfg.train_for_env_steps} env steps"
+        if self.stats.min_policy_env_steps >= self.cfg.train_for_env_steps:
+            return f"reached {self.cfg.train_for_env_steps} env steps" + (
+                " per policy" if self.cfg.num_policies > 1 else ""
+            )
         if time.monotonic() - self.start >= self.cfg.train_for_seconds:
             return f"ran {self.cfg.train_for_seconds:g} s"
         return None
 
     def close(self) -> None:
         self.report()
+        self.pbt.write_best(self.stats.policies)
         self.writers.close()
 
 

@@ -33,6 +33,7 @@ def run_serial(
     ]
     for learner in learners:
         learner.init()
+        driver.on_messages([learner.hparams_report()])
     policy_workers = [
         PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device) for p in range(cfg.num_policies)
     ]
@@ -88,6 +89,7 @@ def step_all(actors: list, policy_workers: list, learners: list, queues: Any, dr
         for msg in queues.learner_queues[learner.policy_id].get_many():
             if type(msg) is not Stop:
                 learner.handle(msg)
+        send(learner.apply_pbt(), queues)
         while (batch := learner.next_batch()) is not None:
             report = learner.train(batch)
             learner.maybe_save()

@@ -9,7 +9,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from appo.messages import EpisodeReport, EvalReport, TrainReport
+from appo.messages import EpisodeReport, EvalReport, HyperparamsReport, TrainReport
 from envs.wrappers import task_bucket
 
 FPS_WINDOWS = (10, 60, 300)  # seconds
@@ -29,6 +29,7 @@ class PolicyStats:
         self.by_task: dict[str, deque[float]] = {}
         self.last_eval: EvalReport | None = None
         self.new_eval = False
+        self.hparams: dict[str, float] = {}  # current values of the hyperparameters PBT may change
 
     def add_trials(self, trials: list[dict]) -> None:
         for trial in trials:
@@ -69,10 +70,17 @@ class Stats:
             p.env_steps, p.version = msg.env_steps, msg.version
             p.train.update(msg.stats)
             self.learner_busy_seconds += msg.stats.get("train_seconds", 0.0)
+        elif type(msg) is HyperparamsReport:
+            self.policies[msg.policy_id].hparams = dict(msg.hparams)
 
     @property
     def env_steps(self) -> int:
         return sum(p.env_steps for p in self.policies)
+
+    @property
+    def min_policy_env_steps(self) -> int:
+        """Env steps of the policy with the fewest: the run's budget applies to every policy."""
+        return min(p.env_steps for p in self.policies)
 
     def sample(self, now: float | None = None) -> None:
         """Record (time, env steps) for the FPS windows."""
@@ -97,6 +105,7 @@ class Stats:
         fps = "/".join("nan" if math.isnan(f) else f"{f:.0f}" for f in (self.fps(w) for w in FPS_WINDOWS))
         steps = f"steps {self.env_steps}"
         if target_steps:
+            target_steps *= len(self.policies)
             rate = self.fps(FPS_WINDOWS[1])
             left = max(target_steps - self.env_steps, 0)
             eta = f"{left / rate / 60:.1f} min" if rate and not math.isnan(rate) and rate > 0 else "?"
@@ -161,6 +170,9 @@ class SummaryWriters:
                 writer.add_scalar(f"{group}/{key}", value, step)
             writer.add_scalar("train/version", p.version, step)
             writer.add_scalar("stats/worker_restarts", stats.restarts, step)
+            if len(stats.policies) > 1:
+                for key, value in p.hparams.items():
+                    writer.add_scalar(f"hparams/{key}", value, step)
 
     @staticmethod
     def write_eval(writer: Any, report: EvalReport) -> None:

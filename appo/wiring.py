@@ -6,7 +6,8 @@
     policy_queues[p][k]       policy workers of policy p,     actor workers (InferenceRequest), driver (Stop)
                               its k-th restart (mod spares)
     learner_queues[p]         learner of policy p             actor workers (TrajectoryReady), driver
-                                                              (ReturnSummary, Stop)
+                                                              (ReturnSummary, SetHyperparams, CopyPolicy,
+                                                              Stop), learners (LoadPolicy)
     eval_queue                evaluator                       driver (EvalRequest, Stop)
     driver_queue              driver                          everyone (reports, errors)
 
@@ -21,12 +22,16 @@ from typing import Any, NamedTuple
 
 from appo.messages import (
     ActionsReady,
+    CopyPolicy,
     EpisodeReport,
     ErrorReport,
     EvalReport,
     EvalRequest,
+    HyperparamsReport,
     InferenceRequest,
+    LoadPolicy,
     ReturnSummary,
+    SetHyperparams,
     SlotsReleased,
     TrainReport,
     TrajectoryReady,
@@ -118,9 +123,9 @@ def route(msg: Any, queues: Queues) -> Any:
         return inboxes[msg.incarnation % len(inboxes)]
     if kind is SlotsReleased:
         return actor_inbox(queues, msg.worker_idx)
-    if kind is TrajectoryReady or kind is ReturnSummary:
+    if kind in (TrajectoryReady, ReturnSummary, SetHyperparams, CopyPolicy, LoadPolicy):
         return queues.learner_queues[msg.policy_id]
-    if kind in (EpisodeReport, TrainReport, ErrorReport, EvalReport):
+    if kind in (EpisodeReport, TrainReport, ErrorReport, EvalReport, HyperparamsReport):
         return queues.driver_queue
     if kind is EvalRequest:
         return queues.eval_queue

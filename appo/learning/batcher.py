@@ -43,11 +43,16 @@ class Batcher:
         self.num_splits, self.groups_per_split = groups_per_worker_split
         self.needed = trajectories_per_batch
         self.device = device
-        self.pending: deque[list] = deque()  # [TrajectoryReady, number of its trajectories already taken]
+        # [TrajectoryReady, its slots, number of its trajectories already taken]
+        self.pending: deque[list] = deque()
         self.num_pending = 0
 
     def add(self, msg: TrajectoryReady) -> None:
-        self.pending.append([msg, 0])
+        if msg.envs is None:
+            slots = torch.arange(msg.first_slot, msg.first_slot + msg.num_envs)
+        else:
+            slots = msg.first_slot + torch.tensor(msg.envs, dtype=torch.int64)
+        self.pending.append([msg, slots, 0])
         self.num_pending += msg.num_envs
 
     def is_ready(self) -> bool:
@@ -60,14 +65,14 @@ class Batcher:
         want = self.needed
         while want > 0:
             entry = self.pending[0]
-            msg, taken = entry
+            msg, msg_slots, taken = entry
             n = min(msg.num_envs - taken, want)
-            slots.append(torch.arange(msg.first_slot + taken, msg.first_slot + taken + n))
-            entry[1] += n
+            slots.append(msg_slots[taken : taken + n])
+            entry[2] += n
             want -= n
-            if entry[1] == msg.num_envs:
+            if entry[2] == msg.num_envs:
                 self.pending.popleft()
-                releases.append(SlotsReleased(msg.worker_idx, msg.split_idx, msg.group_idx))
+                releases.append(SlotsReleased(msg.worker_idx, msg.split_idx, msg.group_idx, msg.policy_id))
         self.num_pending -= self.needed
         index = torch.cat(slots)
         T = self.buf["rewards"].shape[1]
@@ -86,4 +91,5 @@ class Batcher:
         if self.at_learner is None:
             return
         for r in releases:
-            self.at_learner[(r.worker_idx * self.num_splits + r.split_idx) * self.groups_per_split + r.group_idx] = 0
+            group = (r.worker_idx * self.num_splits + r.split_idx) * self.groups_per_split + r.group_idx
+            self.at_learner[group, r.policy_id] = 0

@@ -7,10 +7,12 @@ which a background thread trains while the main thread copies the next batch out
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import queue
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +20,24 @@ import gymnasium as gym
 import torch
 from torch import Tensor
 
-from appo.cfg import Cfg, Derived
-from appo.checkpoint import load_latest, save_best, save_checkpoint
+from appo.cfg import Cfg, Derived, policy_hparams
+from appo.checkpoint import load_checkpoint, load_latest, save_best, save_checkpoint, save_snapshot
 from appo.learning.batcher import Batch, Batcher
 from appo.learning.losses import entropy_loss, policy_loss, value_loss
 from appo.learning.param_sync import ParamStore
 from appo.learning.returns import gae, vtrace
-from appo.messages import ReturnSummary, Stop, TrainReport, TrajectoryReady
+from appo.messages import (
+    CopyPolicy,
+    HyperparamsReport,
+    LoadPolicy,
+    ReturnSummary,
+    SetHyperparams,
+    Stop,
+    TrainReport,
+    TrajectoryReady,
+)
 from appo.model import make_model
+from appo.pbt import initial_hparams
 from appo.processes import component_main
 from appo.wiring import Queues, send
 from utils.logging import log
@@ -49,6 +61,10 @@ class Learner:
     ) -> None:
         self.cfg, self.derived, self.policy_id, self.params = cfg, derived, policy_id, params
         self.ckpt_dir, self.device = ckpt_dir, device
+        # This policy's own values of the hyperparameters PBT may change; self.cfg always carries them.
+        self.hparams: dict[str, float] = {}
+        self.set_hparams(initial_hparams(cfg) | policy_hparams(cfg).get(policy_id, {}))
+        self.pbt_ops: deque[Any] = deque()  # filled by the receiving thread, applied by the training one
         self.model = make_model(cfg, *spaces).to(device).train()
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
@@ -80,6 +96,8 @@ class Learner:
             self.optimizer.load_state_dict(state["optimizer"])
             self.version, self.env_steps = int(state["version"]), int(state["env_steps"])
             self.best_return = float(state.get("best_return", -math.inf))
+            if "hparams" in state:
+                self.set_hparams(state["hparams"])
             log.info(
                 "learner %d resumed from %s (version %d, %d env steps)",
                 self.policy_id,
@@ -97,7 +115,51 @@ class Learner:
             "env_steps": self.env_steps,
             "best_return": self.best_return,
             "policy_id": self.policy_id,
+            "hparams": dict(self.hparams),
         }
+
+    def set_hparams(self, hparams: dict[str, float]) -> None:
+        self.hparams = self.hparams | hparams
+        self.cfg = dataclasses.replace(self.cfg, **self.hparams)
+
+    def hparams_report(self) -> HyperparamsReport:
+        return HyperparamsReport(self.policy_id, dict(self.hparams))
+
+    # --- population-based training ------------------------------------------------------------------
+    def apply_pbt(self) -> list[Any]:
+        """Carry out the PBT messages received since the last call (between training iterations, in the thread
+        that trains); returns the messages to send."""
+        out: list[Any] = []
+        while self.pbt_ops:
+            msg = self.pbt_ops.popleft()
+            if type(msg) is SetHyperparams:
+                self.set_hparams(msg.hparams)
+                log.info("learner %d: PBT set hyperparameters %s", self.policy_id, msg.hparams)
+            elif type(msg) is CopyPolicy:
+                path = self.ckpt_dir / f"pbt_snapshot_for_p{msg.target}.pth"
+                save_snapshot(self.state(), path)
+                out.append(LoadPolicy(msg.target, self.policy_id, str(path), msg.hparams))
+            elif type(msg) is LoadPolicy:
+                self.load_policy(msg)
+        return out
+
+    def load_policy(self, msg: LoadPolicy) -> None:
+        """Become a copy of policy `msg.source` (weights, optimizer state, normalisers) with new hyperparameters.
+        The version jumps past --max_policy_lag, so experience collected by the replaced weights is dropped."""
+        state = load_checkpoint(Path(msg.path), map_location=self.device)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.set_hparams(msg.hparams)
+        self.version += self.cfg.max_policy_lag + 1
+        self.params.publish(self.model, self.version)
+        self.latest_return = -math.inf
+        log.info(
+            "learner %d: PBT replaced by a copy of policy %d (its version %d), now version %d",
+            self.policy_id,
+            msg.source,
+            int(state["version"]),
+            self.version,
+        )
 
     def save(self) -> Path:
         self.last_save = time.monotonic()
@@ -117,6 +179,8 @@ class Learner:
             self.batcher.add(msg)
         elif type(msg) is ReturnSummary:
             self.latest_return = msg.return_mean
+        elif type(msg) in (SetHyperparams, CopyPolicy, LoadPolicy):
+            self.pbt_ops.append(msg)
         else:
             raise TypeError(f"learner {self.policy_id}: unexpected message {msg!r}")
 
@@ -340,28 +404,74 @@ def _update_finite(normalizer: Any, x: Tensor) -> None:
 
 
 # --- process shell ------------------------------------------------------------------------------------
-def learner_loop(learner: Learner, queues: Queues) -> None:
-    """Main thread: receive messages, copy batches; trainer thread: train on them."""
-    inbox = queues.learner_queues[learner.policy_id]
-    batches: queue.Queue[Batch | None] = queue.Queue(maxsize=1)
-    outbox: queue.Queue[list[Any]] = queue.Queue()
-    failure: list[BaseException] = []
+class TrainerThread:
+    """Trains on the batches the receiving thread hands over (one waits at most), carries out PBT requests
+    between iterations, and leaves every message to send in `outbox`; a failure is kept for the main thread."""
 
-    def trainer() -> None:
+    def __init__(self, learner: Learner) -> None:
+        self.learner = learner
+        self.batches: queue.Queue[Batch | None] = queue.Queue(maxsize=1)
+        self.outbox: queue.Queue[list[Any]] = queue.Queue()
+        self.failure: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, name="trainer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        learner = self.learner
         try:
-            while (batch := batches.get()) is not None:
+            while True:
+                try:
+                    batch = self.batches.get(timeout=0.1)
+                except queue.Empty:
+                    batch = False  # no batch yet: still carry out PBT requests
+                if batch is None:
+                    return
+                if learner.pbt_ops:
+                    self.outbox.put(learner.apply_pbt())
+                if batch is False:
+                    continue
                 report = learner.train(batch)
                 learner.maybe_save()
                 # Sync mode: slots go back only now, so that every new sample is taken with new weights.
                 if not learner.cfg.async_rl:
                     learner.batcher.mark_released(batch.releases)
-                outbox.put([report] + ([] if learner.cfg.async_rl else batch.releases))
+                self.outbox.put([report] + ([] if learner.cfg.async_rl else batch.releases))
         except BaseException as exc:  # surfaced in the main thread, which reports and exits
-            failure.append(exc)
-            outbox.put([])
+            self.failure.append(exc)
+            self.outbox.put([])
 
-    thread = threading.Thread(target=trainer, name="trainer", daemon=True)
-    thread.start()
+    def hand_over(self, batch: Batch, queues: Queues) -> None:
+        """Give the trainer `batch`, sending its messages while waiting for room."""
+        while self.thread.is_alive():
+            try:
+                self.batches.put(batch, timeout=0.05)
+                return
+            except queue.Full:
+                self.drain(queues)
+
+    def drain(self, queues: Queues) -> None:
+        while True:
+            try:
+                send(self.outbox.get_nowait(), queues)
+            except queue.Empty:
+                return
+
+    def stop(self, queues: Queues) -> None:
+        while self.thread.is_alive():  # a dead trainer would never make room for the None
+            try:
+                self.batches.put(None, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        self.thread.join(timeout=60)
+        self.drain(queues)
+
+
+def learner_loop(learner: Learner, queues: Queues) -> None:
+    """Main thread: receive messages, copy batches; trainer thread: train on them."""
+    inbox = queues.learner_queues[learner.policy_id]
+    send([learner.hparams_report()], queues)
+    trainer = TrainerThread(learner)
     stopping = False
     try:
         while not stopping:
@@ -374,39 +484,19 @@ def learner_loop(learner: Learner, queues: Queues) -> None:
                     stopping = True
                 else:
                     learner.handle(msg)
-            while not stopping and thread.is_alive() and (batch := learner.next_batch()) is not None:
+            while not stopping and trainer.thread.is_alive() and (batch := learner.next_batch()) is not None:
                 if learner.cfg.async_rl:
                     learner.batcher.mark_released(batch.releases)
                     send(batch.releases, queues)
-                _put_until(batches, batch, outbox, queues)
-            _drain(outbox, queues)
-            if failure:
-                raise failure[0]
+                trainer.hand_over(batch, queues)
+            trainer.drain(queues)
+            if trainer.failure:
+                raise trainer.failure[0]
     finally:
-        batches.put(None)
-        thread.join(timeout=60)
-        _drain(outbox, queues)
-    if failure:
-        raise failure[0]
+        trainer.stop(queues)
+    if trainer.failure:
+        raise trainer.failure[0]
     learner.save()
-
-
-def _put_until(batches: queue.Queue, batch: Batch, outbox: queue.Queue, queues: Queues) -> None:
-    """Hand the batch to the trainer, sending its reports while waiting for room."""
-    while True:
-        try:
-            batches.put(batch, timeout=0.05)
-            return
-        except queue.Full:
-            _drain(outbox, queues)
-
-
-def _drain(outbox: queue.Queue, queues: Queues) -> None:
-    while True:
-        try:
-            send(outbox.get_nowait(), queues)
-        except queue.Empty:
-            return
 
 
 def run_learner(

@@ -66,7 +66,7 @@ class ActorWorker:
             with self.timing.add_time("env_step"):
                 return self.runners[msg.split_idx].on_actions(msg)
         if type(msg) is SlotsReleased:
-            return self.runners[msg.split_idx].on_slots_released(msg.group_idx)
+            return self.runners[msg.split_idx].on_slots_released(msg.group_idx, msg.policy_id)
         raise TypeError(f"actor worker {self.worker_idx}: unexpected message {msg!r}")
 
     def reports(self, force: bool = False) -> list[Any]:
@@ -78,9 +78,12 @@ class ActorWorker:
         stepping = self.timing.totals["env_step"]
         busy = (stepping - self.last_stepping) / max(now - self.last_report, 1e-9)
         self.last_report, self.last_stepping = now, stepping
-        by_policy: dict[int, list[tuple[float, int, dict | None]]] = {r.policy_id: [] for r in self.runners}
+        by_policy: dict[int, list[tuple[float, int, dict | None, int]]] = {}
         for runner in self.runners:
-            by_policy[runner.policy_id].extend(runner.pop_finished())
+            for episode in runner.pop_finished():
+                by_policy.setdefault(episode[3], []).append(episode)
+        if not by_policy:  # still report utilisation
+            by_policy[0] = []
         return [
             EpisodeReport(
                 pid, self.worker_idx, [e[0] for e in eps], [e[1] for e in eps], [e[2] for e in eps if e[2]], busy

@@ -4,6 +4,13 @@ the learner. Plain object, no queues: every method returns the messages to send.
 
 A split is one half of double buffering: while the policy worker computes this split's actions, the
 actor worker steps its other split.
+
+With several policies (`--num_policies`), every env runs one policy per episode, drawn uniformly at random
+when its episode ends. A split then asks each of its policies for the actions of that policy's envs and
+steps once all replies are in; a full slot group goes to each policy's learner as that policy's envs. An
+env's policy changes only between rollouts: an env whose episode ended and whose next policy differs is
+reset at the rollout's end, its unfinished episode cut there like a time limit (the steps are kept for
+training with a bootstrapped value, the cut episode is not reported as a result).
 """
 
 from __future__ import annotations
@@ -43,12 +50,18 @@ class EnvRunner:
         self.buf = buffers
         self.env_fn = env_fn
         self.num_envs = derived.envs_per_split
-        self.policy_id = (worker_idx * cfg.worker_num_splits + split_idx) % cfg.num_policies
+        self.num_policies = cfg.num_policies
+        self.env_policy = np.zeros(self.num_envs, dtype=np.int64)  # the policy each env runs in this rollout
+        self.next_policy = np.zeros(self.num_envs, dtype=np.int64)  # ... and in the next one
+        self.policy_envs: dict[int, tuple[int, ...] | None] = {0: None}  # policy -> its envs (None: all)
+        self.rng = np.random.default_rng(worker_idx * 7919 + split_idx)
         self.incarnation = incarnation
-        self.at_learner = control["group_at_learner"] if control is not None else None
+        self.at_learner = control["group_at_learner"] if control is not None else None  # [group, policy]
         groups = range(derived.slot_groups_per_split)
-        # A restarted worker must not refill groups the learner still holds: they come back by SlotsReleased.
-        self.free_groups: deque[int] = deque(g for g in groups if not self._with_learner(g))
+        # A restarted worker must not refill groups a learner still holds: they come back by SlotsReleased.
+        self.holders: dict[int, set[int]] = {g: self._learners_holding(g) for g in groups}
+        self.holders = {g: held for g, held in self.holders.items() if held}
+        self.free_groups: deque[int] = deque(g for g in groups if g not in self.holders)
         self.group = -1
         self.first = -1
         self.t = 0
@@ -56,10 +69,11 @@ class EnvRunner:
         self.envs: list[gym.Env] = []
         self.ep_returns = np.zeros(self.num_envs)
         self.ep_lengths = np.zeros(self.num_envs, dtype=np.int64)
-        self.finished: list[tuple[float, int, dict | None]] = []  # (return, length, trial info)
+        self.finished: list[tuple[float, int, dict | None, int]] = []  # (return, length, trial info, policy)
         self.next_obs: np.ndarray | None = None
         self.next_rnn: np.ndarray | None = None
-        self.requested_at: float | None = None  # monotonic time of the outstanding InferenceRequest
+        self.requested_at: float | None = None  # monotonic time of the outstanding InferenceRequests
+        self.awaiting: set[int] = set()  # policies whose actions for this step are not in yet
         self.env_errors = np.zeros(self.num_envs, dtype=np.int64)  # consecutive failures per env
 
     def _group_key(self, group_idx: int) -> int:
@@ -67,14 +81,20 @@ class EnvRunner:
             group_idx
         )
 
-    def _with_learner(self, group_idx: int) -> bool:
-        return self.at_learner is not None and bool(self.at_learner[self._group_key(group_idx)])
+    def _learners_holding(self, group_idx: int) -> set[int]:
+        if self.at_learner is None:
+            return set()
+        return {int(p) for p in np.flatnonzero(self.at_learner[self._group_key(group_idx)])}
 
     # --- start --------------------------------------------------------------------------------------
     def init(self, seed: int) -> list[Any]:
         """Create and reset the envs; returns the first InferenceRequest."""
         first_env = (self.worker_idx * self.cfg.worker_num_splits + self.split_idx) * self.num_envs
         self.envs = [self.env_fn(first_env + i) for i in range(self.num_envs)]
+        self.rng = np.random.default_rng(seed)
+        if self.num_policies > 1:
+            self.env_policy = self.rng.integers(self.num_policies, size=self.num_envs)
+            self.next_policy = self.env_policy.copy()
         space = self.envs[0].action_space
         self.is_box = isinstance(space, gym.spaces.Box)
         if self.is_box:
@@ -109,27 +129,43 @@ class EnvRunner:
         self.buf["obs"][slots, 0] = self.next_obs
         self.buf["rnn_states"][slots, 0] = self.next_rnn
         self.t = 0
-        return [self._request()]
+        self.policy_envs = envs_by_policy(self.env_policy)
+        return self._requests()
 
-    def _request(self) -> InferenceRequest:
+    def _requests(self, policies: Any = None) -> list[InferenceRequest]:
+        """One request per policy of this rollout (or per policy of `policies`): that policy's envs."""
         self.requested_at = time.monotonic()
-        return InferenceRequest(
-            self.policy_id, self.worker_idx, self.split_idx, self.first, self.num_envs, self.t, self.incarnation
-        )
+        if policies is None:
+            self.awaiting = set(self.policy_envs)
+        return [
+            InferenceRequest(
+                p,
+                self.worker_idx,
+                self.split_idx,
+                self.first,
+                self.num_envs if envs is None else len(envs),
+                self.t,
+                self.incarnation,
+                envs,
+            )
+            for p, envs in self.policy_envs.items()
+            if policies is None or p in policies
+        ]
 
     def is_reply(self, msg: ActionsReady) -> bool:
-        """Whether `msg` answers the request outstanding now (not a stale or duplicate reply)."""
+        """Whether `msg` answers a request outstanding now (not a stale or duplicate reply)."""
         return (
             self.requested_at is not None
             and msg.first_slot == self.first
             and msg.t == self.t
             and msg.incarnation == self.incarnation
+            and msg.policy_id in self.awaiting
         )
 
     def resend_if_stale(self, now: float, timeout: float) -> list[Any]:
         """Ask again when a reply is overdue (its policy worker died with the request)."""
         if self.requested_at is not None and now - self.requested_at > timeout:
-            return [self._request()]
+            return self._requests(set(self.awaiting))
         return []
 
     # --- the hot loop -------------------------------------------------------------------------------
@@ -137,6 +173,9 @@ class EnvRunner:
         """Step every env of the split with its action; returns the messages this step produces."""
         if not self.is_reply(msg):
             return []
+        self.awaiting.discard(msg.policy_id)
+        if self.awaiting:
+            return []  # another policy's envs of this split still wait for their actions
         self.requested_at = None
         buf, t, n = self.buf, self.t, self.num_envs
         slots = slice(self.first, self.first + n)
@@ -181,7 +220,7 @@ class EnvRunner:
             buf["rnn_states"][slots, t + 1][dones > 0] = 0.0
         self.t = t + 1
         if self.t < self.cfg.rollout:
-            return [self._request()]
+            return self._requests()
         return self._finish_rollout()
 
     def _recover_env(self, i: int, exc: Exception) -> np.ndarray:
@@ -216,14 +255,45 @@ class EnvRunner:
         T = self.cfg.rollout
         self.next_obs = self.buf["obs"][slots, T].copy()
         self.next_rnn = self.buf["rnn_states"][slots, T].copy()
-        if self.at_learner is not None:
-            self.at_learner[self._group_key(self.group)] = 1  # ownership moves with the message below
-        ready = TrajectoryReady(self.policy_id, self.worker_idx, self.split_idx, self.group, self.first, self.num_envs)
-        return [ready, *self._start_rollout()]
+        for i in np.flatnonzero(self.next_policy != self.env_policy):
+            self._cut_episode(int(i))
+        ready = []
+        for p, envs in self.policy_envs.items():
+            if self.at_learner is not None:
+                self.at_learner[self._group_key(self.group), p] = 1  # ownership moves with the message below
+            num = self.num_envs if envs is None else len(envs)
+            ready.append(TrajectoryReady(p, self.worker_idx, self.split_idx, self.group, self.first, num, envs))
+        self.holders[self.group] = set(self.policy_envs)
+        self.env_policy = self.next_policy.copy()
+        return [*ready, *self._start_rollout()]
 
-    def on_slots_released(self, group_idx: int) -> list[Any]:
-        if group_idx in self.free_groups or (group_idx == self.group and not self.is_parked):
+    def _cut_episode(self, i: int) -> None:
+        """Env `i` changes policy: end its episode at the rollout's last step as a time limit would (unless it
+        ended there anyway) and start the next one from a reset, with the zero recurrent state."""
+        slot, T = self.first + i, self.cfg.rollout
+        if self.buf["dones"][slot, T - 1] > 0:
+            return  # the new episode starts with the new rollout already
+        self.buf["dones"][slot, T - 1] = 1.0
+        self.buf["truncated"][slot, T - 1] = 1.0
+        try:
+            obs, _ = self.envs[i].reset()
+        except Exception as exc:
+            obs = self._recover_env(i, exc)
+        self.next_obs[i] = obs
+        self.next_rnn[i] = 0.0
+        self.ep_returns[i] = 0.0
+        self.ep_lengths[i] = 0
+
+    def on_slots_released(self, group_idx: int, policy_id: int = 0) -> list[Any]:
+        holders = self.holders.get(group_idx)
+        if holders is None:
             return []  # a restarted worker already took it as free
+        holders.discard(policy_id)
+        if holders:
+            return []  # another policy's learner still holds part of the group
+        del self.holders[group_idx]
+        if group_idx in self.free_groups or (group_idx == self.group and not self.is_parked):
+            return []
         self.free_groups.append(group_idx)
         return self._start_rollout() if self.is_parked else []
 
@@ -243,14 +313,25 @@ class EnvRunner:
         if dones.any():
             for i in np.flatnonzero(dones):
                 if int(i) not in failed:  # an episode cut by an env error is not a result
-                    self.finished.append((float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i))))
+                    result = (float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i)))
+                    self.finished.append((*result, int(self.env_policy[i])))
+                if self.num_policies > 1:
+                    self.next_policy[i] = self.rng.integers(self.num_policies)
             self.ep_returns[dones > 0] = 0.0
             self.ep_lengths[dones > 0] = 0
 
-    def pop_finished(self) -> list[tuple[float, int, dict | None]]:
+    def pop_finished(self) -> list[tuple[float, int, dict | None, int]]:
         finished, self.finished = self.finished, []
         return finished
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def envs_by_policy(env_policy: np.ndarray) -> dict[int, tuple[int, ...] | None]:
+    """policy -> the envs (positions in the split) it runs; None when it runs them all (the common case)."""
+    policies = np.unique(env_policy)
+    if len(policies) == 1:
+        return {int(policies[0]): None}
+    return {int(p): tuple(int(i) for i in np.flatnonzero(env_policy == p)) for p in policies}

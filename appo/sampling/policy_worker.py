@@ -54,8 +54,9 @@ class PolicyWorker:
             return []
         self.maybe_pull_weights()
         buf = self.np_buf
-        # Each request covers consecutive slots at one time index: plain slices, no index tensors.
-        spans = [(slice(r.first_slot, r.first_slot + r.num_envs), r.t) for r in requests]
+        # A request covers consecutive slots at one time index (plain slices), or some of them when a split's
+        # envs run several policies (an index array).
+        spans = [(_slots(r), r.t) for r in requests]
         with self.timing.add_time("gather"):
             obs = np.concatenate([buf["obs"][s, t] for s, t in spans]) if len(spans) > 1 else buf["obs"][spans[0]]
             rnn = np.concatenate([buf["rnn_states"][s, t] for s, t in spans])
@@ -66,8 +67,8 @@ class PolicyWorker:
             rnn_out = out.rnn_states.cpu().numpy() if self.cfg.use_rnn else None
         with self.timing.add_time("scatter"):
             start = 0
-            for s, t in spans:
-                end = start + (s.stop - s.start)
+            for (s, t), r in zip(spans, requests, strict=True):
+                end = start + r.num_envs
                 buf["actions"][s, t] = actions[start:end]
                 buf["log_probs"][s, t] = log_probs[start:end]
                 buf["values"][s, t] = values[start:end]
@@ -76,7 +77,14 @@ class PolicyWorker:
                     buf["rnn_states"][s, t + 1] = rnn_out[start:end]
                 start = end
         self.samples += start
-        return [ActionsReady(r.worker_idx, r.split_idx, r.first_slot, r.t, r.incarnation) for r in requests]
+        pid = self.policy_id
+        return [ActionsReady(r.worker_idx, r.split_idx, r.first_slot, r.t, r.incarnation, pid) for r in requests]
+
+
+def _slots(r: InferenceRequest) -> slice | np.ndarray:
+    if r.envs is None:
+        return slice(r.first_slot, r.first_slot + r.num_envs)
+    return r.first_slot + np.asarray(r.envs)
 
 
 def policy_worker_loop(worker: PolicyWorker, queues: Queues) -> None:

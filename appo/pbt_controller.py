@@ -1,0 +1,114 @@
+"""The driver's side of population-based training: objectives from the run's statistics, the decisions of
+appo/pbt.py at each policy's period boundary turned into messages for the learners, every decision appended
+to `train_dir/NAME/pbt.jsonl`, and `best_policy.json` kept current (for enjoy.py --policy_index=best).
+
+A replacement takes two messages: CopyPolicy to the better policy's learner, which snapshots itself and sends
+LoadPolicy to the worse one's learner. The replaced policy's recent returns are forgotten, so that it is
+judged on its new weights only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from appo.cfg import Cfg
+from appo.messages import CopyPolicy, SetHyperparams
+from appo.pbt import Event, Population
+from appo.stats import PolicyStats
+from utils.logging import log
+
+BEST_POLICY_FILE = "best_policy.json"
+PBT_LOG_FILE = "pbt.jsonl"
+MIN_EPISODES = 10  # a policy with fewer recent episodes has no train_return objective yet
+
+
+class PbtController:
+    def __init__(self, cfg: Cfg, exp_dir: Path) -> None:
+        self.cfg, self.exp_dir = cfg, Path(exp_dir)
+        self.population = Population(cfg)
+
+    def objectives(self, policies: list[PolicyStats]) -> list[float | None]:
+        if self.cfg.pbt_target_objective == "eval_return":
+            return [p.last_eval.return_mean if p.last_eval is not None else None for p in policies]
+        return [p.return_mean() if len(p.returns) >= MIN_EPISODES else None for p in policies]
+
+    def tick(self, policies: list[PolicyStats]) -> list[Any]:
+        """Decisions for every policy that crossed a period boundary; returns the messages to send."""
+        if not self.cfg.with_pbt:
+            return []
+        out: list[Any] = []
+        objectives = self.objectives(policies)
+        for pid, p in enumerate(policies):
+            if not self.population.due(pid, p.env_steps):
+                continue
+            event = self.population.decide(pid, p.env_steps, objectives)
+            if event is None:
+                continue
+            self._log(event)
+            p.hparams = dict(event.new_hparams)
+            if event.kind == "replace":
+                assert event.source is not None
+                out.append(CopyPolicy(event.source, pid, event.new_hparams))
+                p.returns.clear()
+                p.last_eval = None
+            else:
+                out.append(SetHyperparams(pid, event.new_hparams))
+        return out
+
+    def on_hparams(self, policy_id: int, hparams: dict[str, float]) -> None:
+        """A learner started with these (restored) hyperparameters."""
+        self.population.set_hparams(policy_id, hparams)
+
+    def _log(self, event: Event) -> None:
+        with open(self.exp_dir / PBT_LOG_FILE, "a") as f:
+            f.write(event.to_json() + "\n")
+        old = event.old_hparams
+        changed = {k: f"{old[k]:.4g}->{v:.4g}" for k, v in event.new_hparams.items() if v != old.get(k)}
+        if event.kind == "replace":
+            log.info(
+                "PBT: policy %d (objective %.2f) replaced by a copy of policy %d (%.2f); hyperparameters %s",
+                event.target,
+                _num(event.objectives[event.target]),
+                event.source,
+                _num(event.objectives[event.source]),
+                changed or "unchanged",
+            )
+        else:
+            log.info("PBT: policy %d mutated %s", event.target, changed)
+
+    def write_best(self, policies: list[PolicyStats]) -> None:
+        """best_policy.json: the policy with the best objective now, and everyone's objective."""
+        objectives = self.objectives(policies)
+        best = self.population.best_policy(objectives)
+        if best is None:
+            return
+        data = {
+            "policy_index": best,
+            "objective": self.cfg.pbt_target_objective,
+            "value": objectives[best],
+            "objectives": objectives,
+            "env_steps": [p.env_steps for p in policies],
+            "hparams": [p.hparams for p in policies],
+            "time": time.time(),
+        }
+        path = self.exp_dir / BEST_POLICY_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+
+
+def _num(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def read_best_policy(exp_dir: Path) -> int | None:
+    """The policy index best_policy.json names, or None when the run has no such file."""
+    path = Path(exp_dir) / BEST_POLICY_FILE
+    if not path.exists():
+        return None
+    return int(json.loads(path.read_text())["policy_index"])
