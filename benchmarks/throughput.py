@@ -58,17 +58,21 @@ def raw_fps(env_name: str, procs: int, seconds: float) -> float:
     return total
 
 
-def steady_fps(summary_dir: Path, warmup: float) -> float:
+def steady_fps(summaries: Path, warmup: float) -> float:
+    """Env steps per second of the whole run (every policy's summaries/<id>/ summed) after `warmup` seconds."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(summary_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    events = acc.Scalars("perf/fps")
-    t0 = events[0].wall_time
-    steady = [e for e in events if e.wall_time - t0 >= warmup]
-    if len(steady) < 2:
-        raise RuntimeError(f"too few summaries after warm-up in {summary_dir}")
-    return (steady[-1].step - steady[0].step) / (steady[-1].wall_time - steady[0].wall_time)
+    total = 0.0
+    for folder in sorted(p for p in summaries.iterdir() if p.is_dir()):
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        acc.Reload()
+        events = acc.Scalars("perf/fps")
+        t0 = events[0].wall_time
+        steady = [e for e in events if e.wall_time - t0 >= warmup]
+        if len(steady) < 2:
+            raise RuntimeError(f"too few summaries after warm-up in {folder}")
+        total += (steady[-1].step - steady[0].step) / (steady[-1].wall_time - steady[0].wall_time)
+    return total
 
 
 def appo_fps(env_name: str, seconds: float, warmup: float, extra: list[str], sampler_only: bool) -> float:
@@ -86,7 +90,7 @@ def appo_fps(env_name: str, seconds: float, warmup: float, extra: list[str], sam
         *extra,
     ]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return steady_fps(train_dir / "tp" / "summaries" / "0", warmup)
+    return steady_fps(train_dir / "tp" / "summaries", warmup)
 
 
 def foreign_cpu(sample_seconds: float = 2.0) -> float:

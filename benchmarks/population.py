@@ -1,0 +1,45 @@
+"""Throughput of a population against one policy on the same workers: training FPS (all policies' env steps
+summed) with --num_policies=1 and with --num_policies=N --with_pbt, alternated, medians of `--repeats` runs.
+
+    python benchmarks/population.py --env=HalfCheetah-v5 --policies=4 --repeats=3 --seconds=40 [train_appo flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from throughput import appo_fps, foreign_cpu, summary  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--policies", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=40.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=15.0, help="seconds skipped at the start of each run")
+    args, extra = parser.parse_known_args()
+    extra = extra or ["--num_workers=2", "--num_envs_per_worker=16", "--worker_num_splits=2", "--async_rl=True"]
+    population = [f"--num_policies={args.policies}", "--with_pbt", "--pbt_period_env_steps=50000"]
+    population += ["--pbt_start_mutation=50000"]
+    print(f"env={args.env} policies={args.policies} repeats={args.repeats} flags={' '.join(extra)}")
+    print(f"CPU used by other processes before: {foreign_cpu():.2f} cores")
+    single, many = [], []
+    for i in range(args.repeats):
+        single.append(appo_fps(args.env, args.seconds, args.warmup, ["--num_policies=1", *extra], False))
+        many.append(appo_fps(args.env, args.seconds, args.warmup, [*population, *extra], False))
+        print(f"run {i}: 1 policy {single[-1]:.0f}  {args.policies} policies {many[-1]:.0f}", flush=True)
+    print(f"CPU used by other processes after: {foreign_cpu():.2f} cores")
+    ratios = [m / s for m, s in zip(many, single, strict=True)]
+    print(f"training FPS, 1 policy:   {summary(single)}")
+    print(f"training FPS, {args.policies} policies: {summary(many)}  ratio {statistics.median(ratios):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
