@@ -86,12 +86,16 @@ def numpy_views(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
     """Small shared arrays for supervision, outside the trajectory table:
     - heartbeats [num_workers] float64: wall time of each actor worker's last loop (0 before its first);
+    - policy_heartbeats [num_policies * policy_workers_per_policy] float64: the same for policy workers;
     - group_at_learner [num_groups, num_policies] uint8: 1 while (part of) a slot group is handed to that
       policy's learner; each cell has one writer at a time. A restarted actor worker takes as free only the
       groups that no learner holds."""
     num_groups = derived.num_splits_total * derived.slot_groups_per_split
     return {
         "heartbeats": torch.zeros(cfg.num_workers, dtype=torch.float64).share_memory_(),
+        "policy_heartbeats": torch.zeros(
+            cfg.num_policies * cfg.policy_workers_per_policy, dtype=torch.float64
+        ).share_memory_(),
         "group_at_learner": torch.zeros(num_groups, cfg.num_policies, dtype=torch.uint8).share_memory_(),
     }
 

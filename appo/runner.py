@@ -253,14 +253,15 @@ def spawn_all(
     from appo.sampling.actor_worker import run_actor_worker
     from appo.sampling.policy_worker import run_policy_worker
 
-    sup = Supervisor(ctx, control["heartbeats"], queues, cfg.worker_stuck_timeout)
+    heartbeats = {"actors": control["heartbeats"], "policy_workers": control["policy_heartbeats"]}
+    sup = Supervisor(ctx, heartbeats, queues, cfg.worker_stuck_timeout, cfg.policy_workers_per_policy)
     for p in range(cfg.num_policies):
         ckpt = checkpoint_dir(exp_dir, p)
         args = (cfg, derived, p, buffers, params[p], spaces, ckpt, device, control, queues)
         sup.add("learners", f"learner_{p}", run_learner, lambda _inc, a=args: a)
     for p in range(cfg.num_policies):
         for i in range(cfg.policy_workers_per_policy):
-            args = (cfg, derived, p, i, buffers, params[p], spaces, device, queues)
+            args = (cfg, derived, p, i, buffers, params[p], spaces, device, control, queues)
             sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)
     for w in range(cfg.num_workers):
         sup.add(

@@ -5,10 +5,11 @@ replaced, and stop them all.
   `--worker_stuck_timeout` (its heartbeat stamp in shared memory) is killed if still there and started
   again with a new incarnation; the slot groups it was filling are reused, those with the learner come back
   by SlotsReleased, and replies meant for the old incarnation are ignored. Lost: its unfinished rollouts.
-- A policy worker killed by a signal is started again on a fresh request queue (the old one may block its
-  writers: a reader killed while waiting on a process-shared condition variable can leave it so); the
-  other policy workers of its policy move to the new queue, and actor workers re-send the requests that
-  went unanswered.
+- A policy worker killed by a signal, or silent for longer than `--worker_stuck_timeout` (blocked for good
+  inside its request queue when an actor worker was killed in that queue's critical section), is started
+  again on a fresh request queue (the old one may block its writers: a reader killed while waiting on a
+  process-shared condition variable can leave it so); the other policy workers of its policy move to the
+  new queue, and actor workers re-send the requests that went unanswered.
 - A child that raised (exit code > 0; it has sent an ErrorReport), a learner or an evaluator that died:
   the run stops with a non-zero status. Running the same command again resumes from the last checkpoint.
 """
@@ -41,9 +42,13 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, ctx: Any, heartbeats: Any, queues: Any, stuck_timeout: float) -> None:
+    def __init__(
+        self, ctx: Any, heartbeats: dict[str, Any], queues: Any, stuck_timeout: float, workers_per_policy: int = 1
+    ) -> None:
         self.ctx = ctx
-        self.heartbeats = heartbeats  # shared float64 [num_workers] tensor, wall time of the last actor loop
+        # kind -> shared float64 tensor: wall time of each actor worker's / policy worker's last loop
+        self.heartbeats = heartbeats
+        self.workers_per_policy = workers_per_policy
         # Which queue each actor worker and each policy's workers read (see appo/wiring.py).
         self.queue_tables = {
             "actors": (queues.incarnations, INBOX_SPARES),
@@ -68,16 +73,15 @@ class Supervisor:
         """Replace what can be replaced; returns the failures that must stop the run."""
         failures = []
         now = time.time()
-        for index, child in enumerate(self.children):
+        for child in self.children:
             code = child.process.exitcode
-            stuck = child.kind == "actors" and self._is_stuck(index, child, now)
+            stuck = child.kind in self.heartbeats and self._is_stuck(child, now)
             if code is None and not stuck:
                 continue
             if child.restartable and (stuck or code < 0) and self._has_spare_queue(child):
                 why = f"silent for over {self.stuck_timeout:g} s" if stuck else f"killed by signal {-code}"
                 log.warning("%s %s: starting it again (restart %d)", child.name, why, self.restarts + 1)
-                if child.kind == "actors":
-                    self.heartbeats[self._index(child)] = 0.0  # no verdict until the new one beats
+                self.heartbeats[child.kind][self._beat_index(child)] = 0.0  # no verdict until the new one beats
                 table, _ = self.queue_tables[child.kind]
                 table[self._index(child)] += 1  # writers and siblings switch to the fresh queue
                 child.restart()
@@ -103,8 +107,13 @@ class Supervisor:
         table, spares = self.queue_tables[child.kind]
         return int(table[self._index(child)]) + 1 < spares
 
-    def _is_stuck(self, index: int, child: Child, now: float) -> bool:
-        beat = float(self.heartbeats[self._index(child)])
+    def _beat_index(self, child: Child) -> int:
+        """actor_worker_<w> -> w; policy_worker_<p>_<i> -> p * workers_per_policy + i."""
+        parts = child.name.split("_")
+        return int(parts[2]) if child.kind == "actors" else int(parts[2]) * self.workers_per_policy + int(parts[3])
+
+    def _is_stuck(self, child: Child, now: float) -> bool:
+        beat = float(self.heartbeats[child.kind][self._beat_index(child)])
         return beat > 0 and now - beat > self.stuck_timeout
 
     def kill_all(self) -> None:

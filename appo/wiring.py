@@ -12,6 +12,9 @@
     driver_queue              driver                          everyone (reports, errors)
 
 `route` maps each message type to its queue, so components return messages and never hold queues.
+The learner and driver queues, whose readers cannot be replaced while their writers can be killed at any
+moment, are kernel datagram sockets (appo/datagram_queue.py): a writer's death cannot wedge them. The
+others are faster-fifo queues; a worker stuck on one of those is found by its heartbeat and replaced.
 In --serial_mode the same wiring is built from LocalQueue, an in-process stand-in with the same calls.
 """
 
@@ -82,7 +85,7 @@ class Queues(NamedTuple):
 def queue_bytes(num_workers: int, num_policies: int) -> int:
     """Shared memory taken by the queues of `wire` (faster-fifo buffers live in /dev/shm)."""
     inboxes = num_workers * INBOX_SPARES * INBOX_BYTES
-    return inboxes + num_policies * POLICY_QUEUE_SPARES * POLICY_QUEUE_BYTES + (num_policies + 2) * QUEUE_BYTES
+    return inboxes + num_policies * POLICY_QUEUE_SPARES * POLICY_QUEUE_BYTES + QUEUE_BYTES
 
 
 def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
@@ -94,11 +97,17 @@ def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
 
         def make(max_size_bytes: int = 0) -> Any:
             return LocalQueue()
+
+        make_robust = make
     else:
         import faster_fifo
 
+        from appo.datagram_queue import DatagramQueue
+
         def make(max_size_bytes: int = QUEUE_BYTES) -> Any:
             return faster_fifo.Queue(max_size_bytes=max_size_bytes)
+
+        make_robust = DatagramQueue
 
     return Queues(
         actor_inboxes=[[make(INBOX_BYTES) for _ in range(spares)] for _ in range(num_workers)],
@@ -107,18 +116,20 @@ def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
             [make(POLICY_QUEUE_BYTES) for _ in range(1 if local else POLICY_QUEUE_SPARES)] for _ in range(num_policies)
         ],
         policy_incarnations=torch.zeros(num_policies, dtype=torch.int64).share_memory_(),
-        learner_queues=[make() for _ in range(num_policies)],
+        learner_queues=[make_robust() for _ in range(num_policies)],
         eval_queue=make(),
-        driver_queue=make(),
+        driver_queue=make_robust(),
     )
 
 
 def route(msg: Any, queues: Queues) -> Any:
-    """The queue a message travels on."""
+    """The queue a message travels on (None: drop it, its reader is gone)."""
     kind = type(msg)
     if kind is InferenceRequest:
         return policy_queue(queues, msg.policy_id)
-    if kind is ActionsReady:  # to the incarnation that asked
+    if kind is ActionsReady:  # to the incarnation that asked; None (dropped) if it is gone
+        if msg.incarnation != int(queues.incarnations[msg.worker_idx]):
+            return None  # its inbox may block writers for good (a reader killed waiting on it)
         inboxes = queues.actor_inboxes[msg.worker_idx]
         return inboxes[msg.incarnation % len(inboxes)]
     if kind is SlotsReleased:
@@ -137,12 +148,15 @@ def send(msgs: list[Any], queues: Queues) -> None:
     if not msgs:
         return
     if len(msgs) == 1:
-        route(msgs[0], queues).put(msgs[0])
+        queue = route(msgs[0], queues)
+        if queue is not None:
+            queue.put(msgs[0])
         return
     by_queue: dict[int, tuple[Any, list[Any]]] = {}
     for msg in msgs:
         queue = route(msg, queues)
-        by_queue.setdefault(id(queue), (queue, []))[1].append(msg)
+        if queue is not None:
+            by_queue.setdefault(id(queue), (queue, []))[1].append(msg)
     for queue, batch in by_queue.values():
         queue.put_many(batch)
 

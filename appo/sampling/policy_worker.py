@@ -9,6 +9,7 @@ version moved.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -87,8 +88,12 @@ def _slots(r: InferenceRequest) -> slice | np.ndarray:
     return r.first_slot + np.asarray(r.envs)
 
 
-def policy_worker_loop(worker: PolicyWorker, queues: Queues) -> None:
+def policy_worker_loop(worker: PolicyWorker, queues: Queues, heartbeat: Any = None) -> None:
+    """Serve requests until Stop. `heartbeat` (a one-element shared array) is stamped every loop, so that a
+    worker blocked for good inside its queue (a writer killed in the critical section) is found and replaced."""
     while True:
+        if heartbeat is not None:
+            heartbeat[0] = time.time()
         queue = policy_queue(queues, worker.policy_id)  # moves on when a sibling was restarted
         with worker.timing.add_time("wait"):
             try:
@@ -110,14 +115,17 @@ def run_policy_worker(
     params: ParamStore,
     spaces: tuple[gym.Space, gym.Space],
     device: str,
+    control: dict[str, torch.Tensor],
     queues: Queues,
 ) -> None:
     """Process entry point of policy worker `index` of policy `policy_id`."""
 
     def body() -> None:
         worker = PolicyWorker(cfg, derived, policy_id, buffers, params, spaces, device)
+        slot = policy_id * cfg.policy_workers_per_policy + index
+        heartbeat = control["policy_heartbeats"].numpy()[slot : slot + 1]
         try:
-            policy_worker_loop(worker, queues)
+            policy_worker_loop(worker, queues, heartbeat)
         finally:
             from utils.logging import log
 

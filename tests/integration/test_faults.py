@@ -106,6 +106,21 @@ def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_ta
     assert acc.Scalars("stats/worker_restarts")[-1].value in (2, 3)
 
 
+def test_a_frozen_policy_worker_is_found_by_its_heartbeat_and_replaced(train_dir):
+    """SIGSTOP: alive but silent, as a policy worker blocked for good inside its request queue would be."""
+    args = [*FAST, f"--train_dir={train_dir}", "--experiment=frozen", "--train_for_env_steps=150000"]
+    proc = start([*args, "--worker_stuck_timeout=5"])
+    log = train_dir / "frozen" / "log.txt"
+    _wait_for(log, "INFO steps")
+    frozen = find("appo:frozen:policy_worker_0_0")
+    frozen.suspend()
+    _wait_for(log, "policy_worker_0_0 silent for over 5 s: starting it again", timeout=60)
+    out = finish(proc, timeout=150)
+    assert proc.returncode == 0, out[-3000:]
+    assert "stopping: reached 150000 env steps" in log.read_text()
+    assert not frozen.is_running() or frozen.status() == psutil.STATUS_ZOMBIE
+
+
 def test_env_errors_are_survived_and_logged_once(train_dir):
     run_script(
         "train_appo.py",
