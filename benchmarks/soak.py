@@ -65,22 +65,29 @@ def main() -> int:
     rng = random.Random(args.seed)
     time.sleep(30)  # start-up
     start_rss = rss_mb(run_processes("soak"))
-    kills = 0
+    print("RSS MB at start:", {k: round(v) for k, v in sorted(start_rss.items())}, flush=True)
+    kills: list[str] = []
     last_rss = start_rss
+    began = time.monotonic()
     while proc.poll() is None:
         time.sleep(args.kill_every)
         procs = run_processes("soak")
         if proc.poll() is None and procs:
             last_rss = rss_mb(procs)  # before this round's kill
-            victims = [p for name, p in procs.items() if "worker" in name]
-            rng.choice(victims).kill()
-            kills += 1
+            name, victim = rng.choice([(n, p) for n, p in procs.items() if "worker" in n])
+            victim.kill()
+            kills.append(name)
+            line = " ".join(f"{k}={round(v)}" for k, v in sorted(last_rss.items()))
+            print(f"{(time.monotonic() - began) / 60:5.1f} min: killed {name}; RSS MB before: {line}", flush=True)
     log = (train_dir / "soak" / "log.txt").read_text()
     restarts = len(re.findall(r"starting it again", log))
     steps = re.findall(r"INFO steps (\d+)", log)
-    print(f"exit={proc.returncode} kills={kills} restarts={restarts} env_steps={steps[-1] if steps else 0}")
+    print(f"exit={proc.returncode} kills={len(kills)} restarts={restarts} env_steps={steps[-1] if steps else 0}")
+    actor_kills = sum(1 for k in kills if k.startswith("actor_worker"))
+    print(f"actor worker kills: {actor_kills} (each loses at most its unfinished rollouts)")
     print("RSS MB at start:", {k: round(v) for k, v in sorted(start_rss.items())})
     print("RSS MB before the last kill:", {k: round(v) for k, v in sorted(last_rss.items())})
+    print("log lines with ERROR:", len(re.findall(r"\] ERROR", log)))
     return proc.returncode
 
 
