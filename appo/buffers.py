@@ -87,12 +87,15 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
     """Small shared arrays for supervision, outside the trajectory table:
     - heartbeats [num_workers] float64: wall time of each actor worker's last loop (0 before its first);
     - policy_heartbeats [num_policies * policy_workers_per_policy] float64: the same for policy workers;
+    - slot_policy [num_slots] int64: the policy each slot's env runs in its current rollout (read by shared
+      policy workers, which serve every policy);
     - group_at_learner [num_groups, num_policies] uint8: 1 while (part of) a slot group is handed to that
       policy's learner; each cell has one writer at a time. A restarted actor worker takes as free only the
       groups that no learner holds."""
     num_groups = derived.num_splits_total * derived.slot_groups_per_split
     return {
         "heartbeats": torch.zeros(cfg.num_workers, dtype=torch.float64).share_memory_(),
+        "slot_policy": torch.zeros(derived.num_slots, dtype=torch.int64).share_memory_(),
         "policy_heartbeats": torch.zeros(
             cfg.num_policies * cfg.policy_workers_per_policy, dtype=torch.float64
         ).share_memory_(),

@@ -48,7 +48,10 @@ class SamplingCfg:
     worker_num_splits: int = _f(2, "groups each worker's envs are split into (2 = double buffering)")
     rollout: int = _f(64, "T: env steps of one trajectory slot")
     num_policies: int = _f(1, "policies trained in this run (population)")
-    policy_workers_per_policy: int = _f(1, "policy worker processes per policy")
+    policy_workers_per_policy: int = _f(1, "policy worker processes per policy (shared: in all)")
+    shared_policy_workers: bool = _f(
+        False, "several policies: every policy worker serves all of them (one request per split and step)"
+    )
     max_episode_steps: int = _f(0, "episode step limit; 0 keeps the env's own")
     set_workers_cpu_affinity: bool = _f(True, "pin actor workers to cores round-robin")
     force_envs_single_thread: bool = _f(True, "limit BLAS/OpenMP threads inside envs to one")

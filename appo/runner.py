@@ -259,9 +259,10 @@ def spawn_all(
         ckpt = checkpoint_dir(exp_dir, p)
         args = (cfg, derived, p, buffers, params[p], spaces, ckpt, device, control, queues)
         sup.add("learners", f"learner_{p}", run_learner, lambda _inc, a=args: a)
-    for p in range(cfg.num_policies):
+    shared = cfg.shared_policy_workers and cfg.num_policies > 1
+    for p in range(1 if shared else cfg.num_policies):
         for i in range(cfg.policy_workers_per_policy):
-            args = (cfg, derived, p, i, buffers, params[p], spaces, device, control, queues)
+            args = (cfg, derived, p, i, buffers, params if shared else params[p], spaces, device, control, queues)
             sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)
     for w in range(cfg.num_workers):
         sup.add(

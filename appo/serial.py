@@ -34,9 +34,12 @@ def run_serial(
     for learner in learners:
         learner.init()
         driver.on_messages([learner.hparams_report()])
-    policy_workers = [
-        PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device) for p in range(cfg.num_policies)
-    ]
+    if cfg.shared_policy_workers and cfg.num_policies > 1:
+        policy_workers = [PolicyWorker(cfg, derived, 0, buffers, params, spaces, device, control)]
+    else:
+        policy_workers = [
+            PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device) for p in range(cfg.num_policies)
+        ]
     actors = [ActorWorker(cfg, derived, w, buffers, control) for w in range(cfg.num_workers)]
     evaluator = Evaluator(cfg, spaces, params) if driver.eval_interval > 0 else None
     received: list[int] = []

@@ -54,6 +54,10 @@ class EnvRunner:
         self.env_policy = np.zeros(self.num_envs, dtype=np.int64)  # the policy each env runs in this rollout
         self.next_policy = np.zeros(self.num_envs, dtype=np.int64)  # ... and in the next one
         self.policy_envs: dict[int, tuple[int, ...] | None] = {0: None}  # policy -> its envs (None: all)
+        # Who is asked for actions: each policy for its envs, or (shared policy workers) one request for all.
+        self.shared_inference = cfg.shared_policy_workers and cfg.num_policies > 1
+        self.request_groups: dict[int, tuple[int, ...] | None] = {0: None}
+        self.slot_policy = control["slot_policy"] if control is not None else None
         self.rng = np.random.default_rng(worker_idx * 7919 + split_idx)
         self.incarnation = incarnation
         self.at_learner = control["group_at_learner"] if control is not None else None  # [group, policy]
@@ -130,13 +134,16 @@ class EnvRunner:
         self.buf["rnn_states"][slots, 0] = self.next_rnn
         self.t = 0
         self.policy_envs = envs_by_policy(self.env_policy)
+        if self.slot_policy is not None:
+            self.slot_policy[slots] = self.env_policy
+        self.request_groups = {0: None} if self.shared_inference else self.policy_envs
         return self._requests()
 
     def _requests(self, policies: Any = None) -> list[InferenceRequest]:
         """One request per policy of this rollout (or per policy of `policies`): that policy's envs."""
         self.requested_at = time.monotonic()
         if policies is None:
-            self.awaiting = set(self.policy_envs)
+            self.awaiting = set(self.request_groups)
         return [
             InferenceRequest(
                 p,
@@ -148,7 +155,7 @@ class EnvRunner:
                 self.incarnation,
                 envs,
             )
-            for p, envs in self.policy_envs.items()
+            for p, envs in self.request_groups.items()
             if policies is None or p in policies
         ]
 

@@ -27,64 +27,94 @@ from utils.timing import Timing
 
 
 class PolicyWorker:
+    """Serves policy `policy_id`, or every policy when `params` holds one store per policy (shared policy
+    workers: a request then covers all the envs of a split, and `slot_policy` says which policy each runs)."""
+
     def __init__(
         self,
         cfg: Cfg,
         derived: Derived,
         policy_id: int,
         buffers: dict[str, torch.Tensor],
-        params: ParamStore,
+        params: ParamStore | list[ParamStore],
         spaces: tuple[gym.Space, gym.Space],
         device: str,
+        control: dict[str, torch.Tensor] | None = None,
     ) -> None:
-        self.cfg, self.policy_id, self.params, self.device = cfg, policy_id, params, device
+        self.cfg, self.policy_id, self.device = cfg, policy_id, device
         self.np_buf = numpy_views(buffers)
-        self.model = make_model(cfg, *spaces).to(device).eval()
-        self.version = -1
+        self.stores = params if isinstance(params, list) else [params]
+        self.policies = list(range(len(self.stores))) if isinstance(params, list) else [policy_id]
+        self.models = [make_model(cfg, *spaces).to(device).eval() for _ in self.stores]
+        self.versions = [-1] * len(self.stores)
+        self.slot_policy = control["slot_policy"].numpy() if control is not None and len(self.stores) > 1 else None
         self.timing = Timing()
         self.samples = 0
 
+    @property
+    def version(self) -> int:
+        return self.versions[0]
+
     def maybe_pull_weights(self) -> None:
-        if self.params.current_version() != self.version:
-            with self.timing.add_time("weight_sync"):
-                self.version = self.params.pull(self.model)
+        for k, store in enumerate(self.stores):
+            if store.current_version() != self.versions[k]:
+                with self.timing.add_time("weight_sync"):
+                    self.versions[k] = store.pull(self.models[k])
 
     def infer(self, requests: list[InferenceRequest]) -> list[Any]:
-        """One forward pass for every request; returns the ActionsReady replies."""
+        """One forward pass per policy for every request; returns the ActionsReady replies."""
         if not requests:
             return []
         self.maybe_pull_weights()
+        if self.slot_policy is None:
+            # A request covers consecutive slots at one time index (plain slices), or some of them when a
+            # split's envs run several policies (an index array).
+            spans = [(_slots(r), r.t) for r in requests]
+            self._forward(0, spans, [r.num_envs for r in requests])
+        else:
+            slots = np.concatenate([_slots_array(r) for r in requests])
+            ts = np.concatenate([np.full(r.num_envs, r.t) for r in requests])
+            owner = self.slot_policy[slots]
+            for k in np.unique(owner):
+                mine = owner == k
+                self._forward(int(k), [(slots[mine], ts[mine])], [int(mine.sum())])
+        pid = self.policy_id
+        return [ActionsReady(r.worker_idx, r.split_idx, r.first_slot, r.t, r.incarnation, pid) for r in requests]
+
+    def _forward(self, k: int, spans: list[tuple[Any, Any]], counts: list[int]) -> None:
+        """Gather the observations of `spans` (slots, time index), act with model k, write the results back."""
         buf = self.np_buf
-        # A request covers consecutive slots at one time index (plain slices), or some of them when a split's
-        # envs run several policies (an index array).
-        spans = [(_slots(r), r.t) for r in requests]
         with self.timing.add_time("gather"):
             obs = np.concatenate([buf["obs"][s, t] for s, t in spans]) if len(spans) > 1 else buf["obs"][spans[0]]
             rnn = np.concatenate([buf["rnn_states"][s, t] for s, t in spans])
         with self.timing.add_time("forward"), torch.inference_mode():
-            out = self.model.act(torch.from_numpy(obs).to(self.device), torch.from_numpy(rnn).to(self.device))
+            out = self.models[k].act(torch.from_numpy(obs).to(self.device), torch.from_numpy(rnn).to(self.device))
             actions, log_probs = out.actions.cpu().numpy(), out.log_probs.cpu().numpy()
             values = out.values.cpu().numpy()
             rnn_out = out.rnn_states.cpu().numpy() if self.cfg.use_rnn else None
         with self.timing.add_time("scatter"):
             start = 0
-            for (s, t), r in zip(spans, requests, strict=True):
-                end = start + r.num_envs
+            for (s, t), n in zip(spans, counts, strict=True):
+                end = start + n
                 buf["actions"][s, t] = actions[start:end]
                 buf["log_probs"][s, t] = log_probs[start:end]
                 buf["values"][s, t] = values[start:end]
-                buf["policy_versions"][s, t] = self.version
+                buf["policy_versions"][s, t] = self.versions[k]
                 if rnn_out is not None:
                     buf["rnn_states"][s, t + 1] = rnn_out[start:end]
                 start = end
         self.samples += start
-        pid = self.policy_id
-        return [ActionsReady(r.worker_idx, r.split_idx, r.first_slot, r.t, r.incarnation, pid) for r in requests]
 
 
 def _slots(r: InferenceRequest) -> slice | np.ndarray:
     if r.envs is None:
         return slice(r.first_slot, r.first_slot + r.num_envs)
+    return r.first_slot + np.asarray(r.envs)
+
+
+def _slots_array(r: InferenceRequest) -> np.ndarray:
+    if r.envs is None:
+        return np.arange(r.first_slot, r.first_slot + r.num_envs)
     return r.first_slot + np.asarray(r.envs)
 
 
@@ -112,16 +142,16 @@ def run_policy_worker(
     policy_id: int,
     index: int,
     buffers: dict[str, torch.Tensor],
-    params: ParamStore,
+    params: ParamStore | list[ParamStore],
     spaces: tuple[gym.Space, gym.Space],
     device: str,
     control: dict[str, torch.Tensor],
     queues: Queues,
 ) -> None:
-    """Process entry point of policy worker `index` of policy `policy_id`."""
+    """Process entry point of policy worker `index` of policy `policy_id` (of every policy, given all stores)."""
 
     def body() -> None:
-        worker = PolicyWorker(cfg, derived, policy_id, buffers, params, spaces, device)
+        worker = PolicyWorker(cfg, derived, policy_id, buffers, params, spaces, device, control)
         slot = policy_id * cfg.policy_workers_per_policy + index
         heartbeat = control["policy_heartbeats"].numpy()[slot : slot + 1]
         try:

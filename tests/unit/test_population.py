@@ -15,6 +15,7 @@ from appo.learning.param_sync import ParamStore
 from appo.messages import ActionsReady, CopyPolicy, LoadPolicy, SetHyperparams, TrajectoryReady
 from appo.model import make_model
 from appo.sampling.env_runner import EnvRunner
+from appo.sampling.policy_worker import PolicyWorker
 
 SPACES = (gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2))
 
@@ -176,3 +177,44 @@ def test_full_groups_go_to_each_policys_learner_and_come_back_only_when_all_rele
     assert runner.is_parked
     requests = runner.on_slots_released(mixed, 1)
     assert not runner.is_parked and requests and requests[0].t == 0 and requests[0].first_slot == rollouts[mixed][0]
+
+
+def test_a_shared_policy_worker_answers_a_whole_split_with_each_envs_own_policy():
+    cfg = Cfg(
+        env="CartPole-v1",
+        num_policies=3,
+        shared_policy_workers=True,
+        num_workers=1,
+        num_envs_per_worker=8,
+        worker_num_splits=1,
+        rollout=4,
+        batch_size=32,
+    )
+    d = derive(cfg)
+    bufs = allocate_trajectories(cfg, d, *SPACES)
+    views = numpy_views(bufs)
+    control = allocate_control(cfg, d)
+    runner = EnvRunner(cfg, d, 0, 0, views, lambda i: gym.make("CartPole-v1"), numpy_views(control))
+    stores = []
+    for version in (10, 20, 30):
+        store = ParamStore(make_model(cfg, *SPACES))
+        store.publish(make_model(cfg, *SPACES), version)
+        stores.append(store)
+    worker = PolicyWorker(cfg, d, 0, bufs, stores, SPACES, "cpu", control)
+    requests = runner.init(seed=3)
+    assert len(set(runner.env_policy.tolist())) > 1, "seed 3 should spread 8 envs over several policies"
+    for _ in range(12):  # three rollouts
+        assert len(requests) == 1 and requests[0].envs is None and requests[0].num_envs == 8
+        (request,) = requests
+        policies = runner.env_policy.copy()
+        replies = worker.infer(requests)
+        slots = request.first_slot + np.arange(8)
+        assert views["policy_versions"][slots, request.t].tolist() == [10 * (p + 1) for p in policies]
+        out = []
+        for reply in replies:
+            out += runner.on_actions(reply)
+        ready = [m for m in out if type(m) is TrajectoryReady]
+        if ready:
+            sent = {e: m.policy_id for m in ready for e in (m.envs if m.envs is not None else range(m.num_envs))}
+            assert sent == dict(enumerate(policies.tolist()))
+        requests = [m for m in out if type(m) is not TrajectoryReady]
