@@ -49,6 +49,7 @@ class SamplingCfg:
     rollout: int = _f(64, "T: env steps of one trajectory slot")
     num_policies: int = _f(1, "policies trained in this run (population)")
     policy_workers_per_policy: int = _f(1, "policy worker processes per policy (shared: in all)")
+    numpy_inference: bool = _f(True, "CPU policy workers of feed-forward models act in numpy (same function, cheaper)")
     shared_policy_workers: bool = _f(
         False, "several policies: every policy worker serves all of them (one request per split and step)"
     )

@@ -23,21 +23,30 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=40.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds skipped at the start of each run")
+    parser.add_argument("--shared", action="store_true", help="also measure --shared_policy_workers")
     args, extra = parser.parse_known_args()
     extra = extra or ["--num_workers=2", "--num_envs_per_worker=16", "--worker_num_splits=2", "--async_rl=True"]
     population = [f"--num_policies={args.policies}", "--with_pbt", "--pbt_period_env_steps=50000"]
     population += ["--pbt_start_mutation=50000"]
     print(f"env={args.env} policies={args.policies} repeats={args.repeats} flags={' '.join(extra)}")
     print(f"CPU used by other processes before: {foreign_cpu():.2f} cores")
-    single, many = [], []
+    variants = {f"{args.policies} policies": population}
+    if args.shared:
+        variants[f"{args.policies} policies, shared workers"] = [*population, "--shared_policy_workers"]
+    single: list[float] = []
+    many: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(args.repeats):
         single.append(appo_fps(args.env, args.seconds, args.warmup, ["--num_policies=1", *extra], False))
-        many.append(appo_fps(args.env, args.seconds, args.warmup, [*population, *extra], False))
-        print(f"run {i}: 1 policy {single[-1]:.0f}  {args.policies} policies {many[-1]:.0f}", flush=True)
+        line = f"run {i}: 1 policy {single[-1]:.0f}"
+        for name, flags in variants.items():
+            many[name].append(appo_fps(args.env, args.seconds, args.warmup, [*flags, *extra], False))
+            line += f"  {name} {many[name][-1]:.0f}"
+        print(line, flush=True)
     print(f"CPU used by other processes after: {foreign_cpu():.2f} cores")
-    ratios = [m / s for m, s in zip(many, single, strict=True)]
-    print(f"training FPS, 1 policy:   {summary(single)}")
-    print(f"training FPS, {args.policies} policies: {summary(many)}  ratio {statistics.median(ratios):.2f}")
+    print(f"training FPS, 1 policy: {summary(single)}")
+    for name, values in many.items():
+        ratios = [m / s for m, s in zip(values, single, strict=True)]
+        print(f"training FPS, {name}: {summary(values)}  ratio {statistics.median(ratios):.2f}")
     return 0
 
 

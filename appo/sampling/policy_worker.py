@@ -22,6 +22,7 @@ from appo.learning.param_sync import ParamStore
 from appo.messages import ActionsReady, InferenceRequest, Stop
 from appo.model import make_model
 from appo.processes import component_main
+from appo.sampling.numpy_policy import NumpyPolicy
 from appo.wiring import Queues, policy_queue, send
 from utils.timing import Timing
 
@@ -47,6 +48,12 @@ class PolicyWorker:
         self.policies = list(range(len(self.stores))) if isinstance(params, list) else [policy_id]
         self.models = [make_model(cfg, *spaces).to(device).eval() for _ in self.stores]
         self.versions = [-1] * len(self.stores)
+        self.fast: list[NumpyPolicy | None] = [
+            NumpyPolicy(m, cfg.seed * 1009 + policy_id * 101 + k)
+            if cfg.numpy_inference and NumpyPolicy.supports(m, device)
+            else None
+            for k, m in enumerate(self.models)
+        ]
         self.slot_policy = control["slot_policy"].numpy() if control is not None and len(self.stores) > 1 else None
         self.timing = Timing()
         self.samples = 0
@@ -60,6 +67,8 @@ class PolicyWorker:
             if store.current_version() != self.versions[k]:
                 with self.timing.add_time("weight_sync"):
                     self.versions[k] = store.pull(self.models[k])
+                    if self.fast[k] is not None:
+                        self.fast[k].load(self.models[k])
 
     def infer(self, requests: list[InferenceRequest]) -> list[Any]:
         """One forward pass per policy for every request; returns the ActionsReady replies."""
@@ -87,11 +96,15 @@ class PolicyWorker:
         with self.timing.add_time("gather"):
             obs = np.concatenate([buf["obs"][s, t] for s, t in spans]) if len(spans) > 1 else buf["obs"][spans[0]]
             rnn = np.concatenate([buf["rnn_states"][s, t] for s, t in spans])
+        fast = self.fast[k]
         with self.timing.add_time("forward"), torch.inference_mode():
-            out = self.models[k].act(torch.from_numpy(obs).to(self.device), torch.from_numpy(rnn).to(self.device))
-            actions, log_probs = out.actions.cpu().numpy(), out.log_probs.cpu().numpy()
-            values = out.values.cpu().numpy()
-            rnn_out = out.rnn_states.cpu().numpy() if self.cfg.use_rnn else None
+            if fast is not None:
+                (actions, log_probs, values), rnn_out = fast.act(obs), None
+            else:
+                out = self.models[k].act(torch.from_numpy(obs).to(self.device), torch.from_numpy(rnn).to(self.device))
+                actions, log_probs = out.actions.cpu().numpy(), out.log_probs.cpu().numpy()
+                values = out.values.cpu().numpy()
+                rnn_out = out.rnn_states.cpu().numpy() if self.cfg.use_rnn else None
         with self.timing.add_time("scatter"):
             start = 0
             for (s, t), n in zip(spans, counts, strict=True):

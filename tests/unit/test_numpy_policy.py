@@ -1,0 +1,77 @@
+"""The numpy forward pass of CPU policy workers is the torch model's `act`, not an approximation: same values,
+log-probs that the torch distribution agrees with, and samples from the same distribution."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from appo.cfg import Cfg
+from appo.model import make_model
+from appo.sampling.numpy_policy import NumpyPolicy
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
+
+
+def random_model(cfg: Cfg, action_space: gym.Space):
+    torch.manual_seed(0)
+    model = make_model(cfg, OBS, action_space).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    model.obs_normalizer.update(torch.randn(500, 5, dtype=torch.float64) * 4 + 2)
+    return model
+
+
+@pytest.mark.parametrize("nonlinearity", ["tanh", "relu", "elu"])
+def test_gaussian_values_and_log_probs_match_torch(nonlinearity):
+    model = random_model(Cfg(nonlinearity=nonlinearity), gym.spaces.Box(-1, 1, (3,), np.float32))
+    fast = NumpyPolicy(model, seed=1)
+    obs = (np.random.default_rng(2).standard_normal((64, 5)) * 6).astype(np.float32)  # some beyond the clip
+    actions, log_probs, values = fast.act(obs)
+    with torch.no_grad():
+        x = model.encoder(model.normalize_obs(torch.from_numpy(obs)))
+        dist = model.distribution(x)
+        np.testing.assert_allclose(values, model.value_head(x).squeeze(-1).numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(log_probs, dist.log_prob(torch.from_numpy(actions)).numpy(), rtol=1e-4, atol=1e-4)
+    # Samples come from that Gaussian: mean and spread over many draws of one observation.
+    many = fast.act(np.repeat(obs[:1], 20000, axis=0))[0]
+    np.testing.assert_allclose(many.mean(0), dist.mean[0].numpy(), atol=0.05)
+    np.testing.assert_allclose(many.std(0), dist.std[0].numpy(), rtol=0.05)
+    assert actions.dtype == np.float32 and log_probs.shape == values.shape == (64,)
+
+
+def test_categorical_matches_torch():
+    model = random_model(Cfg(), gym.spaces.Discrete(4))
+    fast = NumpyPolicy(model, seed=3)
+    obs = np.random.default_rng(4).standard_normal((32, 5)).astype(np.float32)
+    actions, log_probs, values = fast.act(obs)
+    assert actions.shape == (32, 1) and actions.dtype == np.int64
+    with torch.no_grad():
+        x = model.encoder(model.normalize_obs(torch.from_numpy(obs)))
+        dist = model.distribution(x)
+        np.testing.assert_allclose(log_probs, dist.log_prob(torch.from_numpy(actions)).numpy(), atol=1e-5)
+        np.testing.assert_allclose(values, model.value_head(x).squeeze(-1).numpy(), rtol=1e-4, atol=1e-5)
+    draws = fast.act(np.repeat(obs[:1], 40000, axis=0))[0][:, 0]
+    freq = np.bincount(draws, minlength=4) / len(draws)
+    np.testing.assert_allclose(freq, dist.probs[0].numpy(), atol=0.01)
+
+
+def test_weights_are_reread_after_a_pull():
+    model = random_model(Cfg(), gym.spaces.Box(-1, 1, (3,), np.float32))
+    fast = NumpyPolicy(model, seed=0)
+    obs = np.ones((2, 5), np.float32)
+    before = fast.act(obs)[2]
+    with torch.no_grad():
+        model.value_head.bias.add_(1.0)
+    assert np.allclose(fast.act(obs)[2], before)  # a copy, not a view into torch
+    fast.load(model)
+    np.testing.assert_allclose(fast.act(obs)[2], before + 1.0, rtol=1e-5)
+
+
+def test_recurrent_models_and_gpus_keep_torch():
+    rnn = make_model(Cfg(use_rnn=True), OBS, gym.spaces.Discrete(2))
+    assert not NumpyPolicy.supports(rnn, "cpu")
+    assert not NumpyPolicy.supports(make_model(Cfg(), OBS, gym.spaces.Discrete(2)), "cuda")
