@@ -51,7 +51,7 @@ class SamplingCfg:
     policy_workers_per_policy: int = _f(1, "policy worker processes per policy (shared: in all)")
     numpy_inference: bool = _f(True, "CPU policy workers of feed-forward models act in numpy (same function, cheaper)")
     shared_policy_workers: bool = _f(
-        False, "several policies: every policy worker serves all of them (one request per split and step)"
+        True, "several policies: every policy worker serves all of them (one request per split and step)"
     )
     max_episode_steps: int = _f(0, "episode step limit; 0 keeps the env's own")
     set_workers_cpu_affinity: bool = _f(True, "pin actor workers to cores round-robin")

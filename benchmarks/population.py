@@ -23,16 +23,16 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=40.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds skipped at the start of each run")
-    parser.add_argument("--shared", action="store_true", help="also measure --shared_policy_workers")
+    parser.add_argument("--per_policy", action="store_true", help="also measure --shared_policy_workers=False")
     args, extra = parser.parse_known_args()
     extra = extra or ["--num_workers=2", "--num_envs_per_worker=16", "--worker_num_splits=2", "--async_rl=True"]
     population = [f"--num_policies={args.policies}", "--with_pbt", "--pbt_period_env_steps=50000"]
     population += ["--pbt_start_mutation=50000"]
     print(f"env={args.env} policies={args.policies} repeats={args.repeats} flags={' '.join(extra)}")
     print(f"CPU used by other processes before: {foreign_cpu():.2f} cores")
-    variants = {f"{args.policies} policies": population}
-    if args.shared:
-        variants[f"{args.policies} policies, shared workers"] = [*population, "--shared_policy_workers"]
+    variants = {f"{args.policies} policies, shared workers": population}
+    if args.per_policy:
+        variants[f"{args.policies} policies, per-policy workers"] = [*population, "--shared_policy_workers=False"]
     single: list[float] = []
     many: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(args.repeats):

@@ -97,9 +97,11 @@ def test_pbt_flags_are_checked():
 
 
 def run_split(num_policies: int):
+    """One split whose envs ask each policy's own workers (--shared_policy_workers=False)."""
     cfg = Cfg(
         env="CartPole-v1",
         num_policies=num_policies,
+        shared_policy_workers=False,
         num_workers=1,
         num_envs_per_worker=8,
         worker_num_splits=1,
