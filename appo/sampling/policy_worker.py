@@ -93,10 +93,10 @@ class PolicyWorker:
     def _forward(self, k: int, spans: list[tuple[Any, Any]], counts: list[int]) -> None:
         """Gather the observations of `spans` (slots, time index), act with model k, write the results back."""
         buf = self.np_buf
+        fast = self.fast[k]
         with self.timing.add_time("gather"):
             obs = np.concatenate([buf["obs"][s, t] for s, t in spans]) if len(spans) > 1 else buf["obs"][spans[0]]
-            rnn = np.concatenate([buf["rnn_states"][s, t] for s, t in spans])
-        fast = self.fast[k]
+            rnn = None if fast is not None else np.concatenate([buf["rnn_states"][s, t] for s, t in spans])
         with self.timing.add_time("forward"), torch.inference_mode():
             if fast is not None:
                 (actions, log_probs, values), rnn_out = fast.act(obs), None

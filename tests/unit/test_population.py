@@ -96,18 +96,23 @@ def test_pbt_flags_are_checked():
     assert len(unknown) == 1 and "unknown hyperparameters lr" in unknown[0]
 
 
-def run_split(num_policies: int):
-    """One split whose envs ask each policy's own workers (--shared_policy_workers=False)."""
-    cfg = Cfg(
+def split_cfg(num_policies: int, shared: bool) -> Cfg:
+    """One worker, one split of 8 CartPole envs, rollouts of 4 steps."""
+    return Cfg(
         env="CartPole-v1",
         num_policies=num_policies,
-        shared_policy_workers=False,
+        shared_policy_workers=shared,
         num_workers=1,
         num_envs_per_worker=8,
         worker_num_splits=1,
         rollout=4,
         batch_size=32,
     )
+
+
+def run_split(num_policies: int):
+    """One split whose envs ask each policy's own workers (--shared_policy_workers=False)."""
+    cfg = split_cfg(num_policies, shared=False)
     d = derive(cfg)
     views = numpy_views(allocate_trajectories(cfg, d, *SPACES))
     control = numpy_views(allocate_control(cfg, d))
@@ -182,16 +187,7 @@ def test_full_groups_go_to_each_policys_learner_and_come_back_only_when_all_rele
 
 
 def test_a_shared_policy_worker_answers_a_whole_split_with_each_envs_own_policy():
-    cfg = Cfg(
-        env="CartPole-v1",
-        num_policies=3,
-        shared_policy_workers=True,
-        num_workers=1,
-        num_envs_per_worker=8,
-        worker_num_splits=1,
-        rollout=4,
-        batch_size=32,
-    )
+    cfg = split_cfg(3, shared=True)
     d = derive(cfg)
     bufs = allocate_trajectories(cfg, d, *SPACES)
     views = numpy_views(bufs)
