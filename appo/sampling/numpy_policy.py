@@ -69,13 +69,82 @@ class NumpyPolicy:
         params = x @ self.policy_w + self.policy_b
         values = x @ self.value_w + self.value_b
         if self.is_discrete:
-            logits = params - params.max(axis=-1, keepdims=True)
-            logits = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-            gumbel = -np.log(np.maximum(self.rng.standard_exponential(logits.shape, dtype=np.float32), 1e-38))
-            actions = (logits + gumbel).argmax(axis=-1)
-            log_probs = np.take_along_axis(logits, actions[:, None], axis=-1)[:, 0]
-            return actions[:, None].astype(np.int64), log_probs.astype(np.float32), values.astype(np.float32)
-        noise = self.rng.standard_normal(params.shape, dtype=np.float32)
-        actions = params + self.std * noise
-        log_probs = -0.5 * np.square(noise).sum(axis=-1) - self.log_prob_const
-        return actions.astype(np.float32), log_probs.astype(np.float32), values.astype(np.float32)
+            return _sample(self.rng, params, values, None, 0.0)
+        return _sample(self.rng, params, values, self.std, self.log_prob_const)
+
+
+class NumpyPolicyStack:
+    """Several policies of one feed-forward architecture (a population) acting in one pass: each env's
+    observation goes through its own policy's weights. Envs are laid out as [policy, row] with zero rows for
+    padding, so every layer is one batched matmul over the stacked weights instead of one small forward pass
+    per policy present in the batch. Call `restack` after any member's weights changed."""
+
+    def __init__(self, members: list[NumpyPolicy], seed: int) -> None:
+        self.members = members
+        self.rng = np.random.default_rng(seed)
+        self.restack()
+
+    def restack(self) -> None:
+        ms = self.members
+        first = ms[0]
+        self.normalized = first.obs_mean is not None
+        if self.normalized:
+            self.obs_mean = np.stack([m.obs_mean.reshape(-1) for m in ms])
+            self.obs_std = np.stack([m.obs_std.reshape(-1) for m in ms])
+            self.obs_clip = first.obs_clip
+        self.layers = [
+            (np.stack([m.layers[i][0] for m in ms]), np.stack([m.layers[i][1] for m in ms])[:, None, :], act)
+            for i, (_, _, act) in enumerate(first.layers)
+        ]
+        # Policy and value heads as one matmul: the last column is the value.
+        self.head_w = np.stack([np.concatenate([m.policy_w, m.value_w[:, None]], axis=1) for m in ms])
+        self.head_b = np.stack([np.append(m.policy_b, np.float32(m.value_b)) for m in ms])[:, None, :]
+        self.is_discrete = first.is_discrete
+        if not self.is_discrete:
+            self.std = np.stack([m.std for m in ms])
+            self.log_prob_const = np.array([m.log_prob_const for m in ms])
+
+    def act(self, obs: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As NumpyPolicy.act, env i acting with member owner[i]."""
+        n, k = len(obs), len(self.members)
+        counts = np.bincount(owner, minlength=k)
+        if counts.max() == n:  # one policy: the plain pass
+            return self.members[int(owner[0])].act(obs)
+        rows = int(counts.max())
+        order = np.argsort(owner, kind="stable")
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n) - (np.cumsum(counts) - counts)[owner[order]]
+        pos = owner * rows + rank
+        x = obs.reshape(n, -1).astype(np.float32, copy=False)
+        if self.normalized:
+            x = (x - self.obs_mean[owner]) / self.obs_std[owner]
+            if self.obs_clip is not None:
+                x = np.clip(x, -self.obs_clip, self.obs_clip)
+        h = np.zeros((k * rows, x.shape[1]), dtype=np.float32)
+        h[pos] = x
+        h = h.reshape(k, rows, -1)
+        for w, b, activation in self.layers:
+            h = activation(np.matmul(h, w) + b)
+        out = (np.matmul(h, self.head_w) + self.head_b).reshape(k * rows, -1)[pos]
+        params, values = out[:, :-1], out[:, -1]
+        if self.is_discrete:
+            return _sample(self.rng, params, values, None, 0.0)
+        return _sample(self.rng, params, values, self.std[owner], self.log_prob_const[owner])
+
+
+def _sample(
+    rng: np.random.Generator, params: np.ndarray, values: np.ndarray, std: np.ndarray | None, log_prob_const: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Draw actions from the head's output: Gaussian around `params` with `std` (per env or shared), or
+    categorical over logits `params` when `std` is None (Gumbel-max)."""
+    if std is None:
+        logits = params - params.max(axis=-1, keepdims=True)
+        logits = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+        gumbel = -np.log(np.maximum(rng.standard_exponential(logits.shape, dtype=np.float32), 1e-38))
+        actions = (logits + gumbel).argmax(axis=-1)
+        log_probs = np.take_along_axis(logits, actions[:, None], axis=-1)[:, 0]
+        return actions[:, None].astype(np.int64), log_probs.astype(np.float32), values.astype(np.float32)
+    noise = rng.standard_normal(params.shape, dtype=np.float32)
+    actions = params + std * noise
+    log_probs = -0.5 * np.square(noise).sum(axis=-1) - log_prob_const
+    return actions.astype(np.float32), log_probs.astype(np.float32), values.astype(np.float32)

@@ -22,7 +22,7 @@ from appo.learning.param_sync import ParamStore
 from appo.messages import ActionsReady, InferenceRequest, Stop
 from appo.model import make_model
 from appo.processes import component_main
-from appo.sampling.numpy_policy import NumpyPolicy
+from appo.sampling.numpy_policy import NumpyPolicy, NumpyPolicyStack
 from appo.wiring import Queues, policy_queue, send
 from utils.timing import Timing
 
@@ -55,6 +55,10 @@ class PolicyWorker:
             for k, m in enumerate(self.models)
         ]
         self.slot_policy = control["slot_policy"].numpy() if control is not None and len(self.stores) > 1 else None
+        # Serving a population on the numpy path: one pass over the stacked weights of every policy.
+        members = [f for f in self.fast if f is not None]
+        stackable = self.slot_policy is not None and len(members) == len(self.fast)
+        self.stack = NumpyPolicyStack(members, cfg.seed * 1009 + 7) if stackable else None
         self.timing = Timing()
         self.samples = 0
 
@@ -63,12 +67,17 @@ class PolicyWorker:
         return self.versions[0]
 
     def maybe_pull_weights(self) -> None:
+        pulled = False
         for k, store in enumerate(self.stores):
             if store.current_version() != self.versions[k]:
                 with self.timing.add_time("weight_sync"):
                     self.versions[k] = store.pull(self.models[k])
                     if self.fast[k] is not None:
                         self.fast[k].load(self.models[k])
+                pulled = True
+        if pulled and self.stack is not None:
+            with self.timing.add_time("weight_sync"):
+                self.stack.restack()
 
     def infer(self, requests: list[InferenceRequest]) -> list[Any]:
         """One forward pass per policy for every request; returns the ActionsReady replies."""
@@ -84,9 +93,12 @@ class PolicyWorker:
             slots = np.concatenate([_slots_array(r) for r in requests])
             ts = np.concatenate([np.full(r.num_envs, r.t) for r in requests])
             owner = self.slot_policy[slots]
-            for k in np.unique(owner):
-                mine = owner == k
-                self._forward(int(k), [(slots[mine], ts[mine])], [int(mine.sum())])
+            if self.stack is not None:
+                self._forward_stacked(slots, ts, owner)
+            else:
+                for k in np.unique(owner):
+                    mine = owner == k
+                    self._forward(int(k), [(slots[mine], ts[mine])], [int(mine.sum())])
         pid = self.policy_id
         return [ActionsReady(r.worker_idx, r.split_idx, r.first_slot, r.t, r.incarnation, pid) for r in requests]
 
@@ -117,6 +129,20 @@ class PolicyWorker:
                     buf["rnn_states"][s, t + 1] = rnn_out[start:end]
                 start = end
         self.samples += start
+
+    def _forward_stacked(self, slots: np.ndarray, ts: np.ndarray, owner: np.ndarray) -> None:
+        """Every policy's envs in one stacked numpy pass; each slot gets its own policy's version."""
+        buf = self.np_buf
+        with self.timing.add_time("gather"):
+            obs = buf["obs"][slots, ts]
+        with self.timing.add_time("forward"):
+            actions, log_probs, values = self.stack.act(obs, owner)
+        with self.timing.add_time("scatter"):
+            buf["actions"][slots, ts] = actions
+            buf["log_probs"][slots, ts] = log_probs
+            buf["values"][slots, ts] = values
+            buf["policy_versions"][slots, ts] = np.asarray(self.versions)[owner]
+        self.samples += len(slots)
 
 
 def _slots(r: InferenceRequest) -> slice | np.ndarray:

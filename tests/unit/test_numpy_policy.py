@@ -10,13 +10,13 @@ import torch
 
 from appo.cfg import Cfg
 from appo.model import make_model
-from appo.sampling.numpy_policy import NumpyPolicy
+from appo.sampling.numpy_policy import NumpyPolicy, NumpyPolicyStack
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
 
 
-def random_model(cfg: Cfg, action_space: gym.Space):
-    torch.manual_seed(0)
+def random_model(cfg: Cfg, action_space: gym.Space, seed: int = 0):
+    torch.manual_seed(seed)
     model = make_model(cfg, OBS, action_space).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -75,3 +75,43 @@ def test_recurrent_models_and_gpus_keep_torch():
     rnn = make_model(Cfg(use_rnn=True), OBS, gym.spaces.Discrete(2))
     assert not NumpyPolicy.supports(rnn, "cpu")
     assert not NumpyPolicy.supports(make_model(Cfg(), OBS, gym.spaces.Discrete(2)), "cuda")
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_a_stack_acts_with_each_envs_own_policy(discrete):
+    """A population's stacked pass gives every env the values and log-probs of its own policy's model."""
+    space = gym.spaces.Discrete(4) if discrete else gym.spaces.Box(-1, 1, (3,), np.float32)
+    models = [random_model(Cfg(), space, seed=s) for s in range(3)]
+    stack = NumpyPolicyStack([NumpyPolicy(m, seed=s) for s, m in enumerate(models)], seed=7)
+    rng = np.random.default_rng(5)
+    obs = (rng.standard_normal((23, 5)) * 3).astype(np.float32)
+    owner = rng.integers(0, 3, 23)
+    owner[:2] = [2, 2]  # uneven groups: padding rows in play
+    actions, log_probs, values = stack.act(obs, owner)
+    assert actions.shape[0] == log_probs.shape[0] == values.shape[0] == 23
+    for k, model in enumerate(models):
+        mine = owner == k
+        with torch.no_grad():
+            x = model.encoder(model.normalize_obs(torch.from_numpy(obs[mine])))
+            dist = model.distribution(x)
+            expected = dist.log_prob(torch.from_numpy(actions[mine])).numpy()
+            np.testing.assert_allclose(values[mine], model.value_head(x).squeeze(-1).numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(log_probs[mine], expected, rtol=1e-4, atol=1e-4)
+    # A batch of one policy takes that member's own pass; after a restack the new weights are used.
+    single = stack.act(obs[:4], np.full(4, 1))[2]
+    np.testing.assert_allclose(
+        single,
+        models[1]
+        .value_head(models[1].encoder(models[1].normalize_obs(torch.from_numpy(obs[:4]))))
+        .squeeze(-1)
+        .detach()
+        .numpy(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    with torch.no_grad():
+        models[0].value_head.bias.add_(1.0)
+    stack.members[0].load(models[0])
+    before = values[owner == 0]
+    stack.restack()
+    np.testing.assert_allclose(stack.act(obs, owner)[2][owner == 0], before + 1.0, rtol=1e-5, atol=1e-5)

@@ -199,6 +199,7 @@ def test_a_shared_policy_worker_answers_a_whole_split_with_each_envs_own_policy(
         store.publish(make_model(cfg, *SPACES), version)
         stores.append(store)
     worker = PolicyWorker(cfg, d, 0, bufs, stores, SPACES, "cpu", control)
+    assert worker.stack is not None
     requests = runner.init(seed=3)
     assert len(set(runner.env_policy.tolist())) > 1, "seed 3 should spread 8 envs over several policies"
     for _ in range(12):  # three rollouts
@@ -208,6 +209,12 @@ def test_a_shared_policy_worker_answers_a_whole_split_with_each_envs_own_policy(
         replies = worker.infer(requests)
         slots = request.first_slot + np.arange(8)
         assert views["policy_versions"][slots, request.t].tolist() == [10 * (p + 1) for p in policies]
+        obs = torch.from_numpy(views["obs"][slots, request.t])
+        for e, p in enumerate(policies):  # one stacked pass, each env through its own policy's weights
+            m = worker.models[p]
+            with torch.no_grad():
+                value = m.value_head(m.encoder(m.normalize_obs(obs[e : e + 1])))
+            assert abs(views["values"][slots[e], request.t] - value.item()) < 1e-4
         out = []
         for reply in replies:
             out += runner.on_actions(reply)
