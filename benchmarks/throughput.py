@@ -3,7 +3,10 @@
     python benchmarks/throughput.py --env=HalfCheetah-v5 --repeats=3 --seconds=40 [extra train_appo flags]
 
 - raw: one process per core, each stepping one env (built by envs.make_env, as the actor workers build
-  theirs) with random actions; aggregate steps/s.
+  theirs); aggregate steps/s. Measured twice: with `action_space.sample()` per step (uniform actions, plus
+  the Python cost of drawing them), and with actions like an untrained policy's (clipped N(0, 1), drawn
+  ahead of time). MuJoCo's step time depends on the actions, so the second is the like-for-like baseline
+  of the sampler, whose policy is untrained.
 - sampler: train_appo.py --sampler_only (actors + policy worker; the learner only recycles slots).
 - training: train_appo.py with learning.
 Sampler and training FPS are steady state: env steps between the first summary `--warmup` seconds after
@@ -30,27 +33,40 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _raw_worker(env_name: str, seconds: float, out: mp.Queue) -> None:
+def _raw_worker(env_name: str, seconds: float, out: mp.Queue, actions: str) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
+    import gymnasium as gym
+    import numpy as np
+
     from envs import make_env
 
     env = make_env(env_name)
     env.reset(seed=os.getpid())
+    space = env.action_space
+    if actions == "policy":
+        # What an untrained policy sends (mean ~0, std 1, clipped to the bounds), drawn ahead of time: the
+        # env's own cost with the sampler's action distribution and no per-step Python for drawing them.
+        rng = np.random.default_rng(os.getpid())
+        if isinstance(space, gym.spaces.Box):
+            drawn = np.clip(rng.standard_normal((4096, *space.shape)), space.low, space.high).astype(space.dtype)
+        else:
+            drawn = rng.integers(space.n, size=4096)
     for _ in range(200):  # warm-up
-        env.step(env.action_space.sample())
+        env.step(space.sample())
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        action = space.sample() if actions == "sample" else drawn[steps & 4095]
+        _, _, terminated, truncated, _ = env.step(action)
         steps += 1
         if terminated or truncated:
             env.reset()
     out.put(steps / (time.perf_counter() - start))
 
 
-def raw_fps(env_name: str, procs: int, seconds: float) -> float:
+def raw_fps(env_name: str, procs: int, seconds: float, actions: str = "sample") -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    workers = [ctx.Process(target=_raw_worker, args=(env_name, seconds, out)) for _ in range(procs)]
+    workers = [ctx.Process(target=_raw_worker, args=(env_name, seconds, out, actions)) for _ in range(procs)]
     for w in workers:
         w.start()
     total = sum(out.get(timeout=seconds + 120) for _ in workers)
@@ -131,18 +147,29 @@ def main() -> int:
     extra = extra or ["--num_workers=2", "--num_envs_per_worker=8", "--worker_num_splits=2", "--async_rl=True"]
     print(f"env={args.env} cores={args.procs} repeats={args.repeats} seconds={args.seconds} flags={' '.join(extra)}")
     print(f"CPU used by other processes before: {foreign_cpu():.2f} cores")
-    raw, sampler, training = [], [], []
+    raw, raw_policy, sampler, training = [], [], [], []
     for i in range(args.repeats):
         raw.append(raw_fps(args.env, args.procs, args.seconds))
+        raw_policy.append(raw_fps(args.env, args.procs, args.seconds, actions="policy"))
         sampler.append(appo_fps(args.env, args.seconds, args.warmup, extra, sampler_only=True))
         training.append(appo_fps(args.env, args.seconds, args.warmup, extra, sampler_only=False))
-        print(f"run {i}: raw {raw[-1]:.0f}  sampler {sampler[-1]:.0f}  training {training[-1]:.0f}", flush=True)
+        print(
+            f"run {i}: raw {raw[-1]:.0f}  raw (policy actions) {raw_policy[-1]:.0f}  sampler {sampler[-1]:.0f}  "
+            f"training {training[-1]:.0f}",
+            flush=True,
+        )
     print(f"CPU used by other processes after: {foreign_cpu():.2f} cores")
-    ratios_s = [s / r for s, r in zip(sampler, raw, strict=True)]
-    ratios_t = [t / r for t, r in zip(training, raw, strict=True)]
-    print(f"raw env steps/s ({args.procs} procs): {summary(raw)}")
-    print(f"sampler-only FPS:              {summary(sampler)}  ratio to raw {statistics.median(ratios_s):.2f}")
-    print(f"training FPS:                  {summary(training)}  ratio to raw {statistics.median(ratios_t):.2f}")
+
+    def ratio(values: list[float], base: list[float]) -> str:
+        return f"{statistics.median([v / b for v, b in zip(values, base, strict=True)]):.2f}"
+
+    print(f"raw env steps/s ({args.procs} procs, action_space.sample()): {summary(raw)}")
+    print(f"raw env steps/s ({args.procs} procs, policy-like actions):  {summary(raw_policy)}")
+    for name, values in (("sampler-only FPS", sampler), ("training FPS", training)):
+        print(
+            f"{name + ':':<18}{summary(values)}  ratio to raw {ratio(values, raw)}, "
+            f"to raw with policy-like actions {ratio(values, raw_policy)}"
+        )
     return 0
 
 
