@@ -80,7 +80,8 @@ class PolicyWorker:
                 self.stack.restack()
 
     def infer(self, requests: list[InferenceRequest]) -> list[Any]:
-        """One forward pass per policy for every request; returns the ActionsReady replies."""
+        """Act for every request (one pass per policy, or one stacked numpy pass for a population); returns
+        the ActionsReady replies."""
         if not requests:
             return []
         self.maybe_pull_weights()
