@@ -222,7 +222,7 @@ def run(cfg: Cfg) -> int:
         return run_serial(cfg, derived, exp_dir, spaces, buffers, control, device, Driver(cfg, exp_dir))
     ctx = spawn_context()
     template = make_model(cfg, *spaces)
-    params = [ParamStore(template, ctx) for _ in range(cfg.num_policies)]
+    params = [ParamStore(template) for _ in range(cfg.num_policies)]
     queues = wire(cfg.num_workers, cfg.num_policies)
     driver = Driver(cfg, exp_dir)
     # Signals are caught from before the first child starts: a SIGTERM during start-up stops cleanly too.

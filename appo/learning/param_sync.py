@@ -1,39 +1,49 @@
-"""Shared weights and a version counter: the learner publishes, policy workers pull.
+"""Shared weights and a version counter: the learner publishes, policy workers (or actor workers acting
+for their own envs) pull.
 
 One shared-memory CPU copy of the model's state_dict per policy (parameters and buffers, normalisers
-included) and an int64 version. Publishing copies under a lock and then bumps the version; a policy
-worker compares versions without the lock (a cheap read every batch) and copies under the lock only
-when the version moved, so it never sees half of an update."""
+included) and an int64 version. The copy is guarded by a sequence counter, not a lock (a seqlock): the one
+writer, the learner, makes the counter odd, copies, then makes it even again; a reader copies and keeps the
+copy only if the counter was even and unchanged around it, else it copies again. Readers never block the
+writer, and a reader killed mid-copy (actor workers are killed and restarted) leaves nothing held. A
+reader compares versions without copying (a cheap read every batch) and copies only when it moved."""
 
 from __future__ import annotations
 
-import multiprocessing
-from typing import Any
+import time
 
 import torch
 from torch import nn
 
 
 class ParamStore:
-    def __init__(self, template: nn.Module, ctx: Any = multiprocessing) -> None:
+    def __init__(self, template: nn.Module) -> None:
         self.state = {k: v.detach().cpu().clone().share_memory_() for k, v in template.state_dict().items()}
         self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.lock = ctx.Lock()
+        self.sequence = torch.zeros(1, dtype=torch.int64).share_memory_()  # odd while a publish is copying
 
     def publish(self, model: nn.Module, version: int) -> None:
-        """Copy the learner's weights in and announce `version`."""
-        with self.lock, torch.no_grad():
+        """Copy the learner's weights in and announce `version` (one writer per store: its learner)."""
+        with torch.no_grad():
+            self.sequence += 1
             for name, value in model.state_dict().items():
                 self.state[name].copy_(value.detach(), non_blocking=False)
             self.version[0] = version
+            self.sequence += 1
 
     def current_version(self) -> int:
         return int(self.version[0])
 
     def pull(self, model: nn.Module) -> int:
-        """Load the published weights into `model` (on any device); returns their version."""
-        with self.lock, torch.no_grad():
-            version = int(self.version[0])
-            for name, value in model.state_dict().items():
-                value.copy_(self.state[name])
-        return version
+        """Load the published weights into `model` (on any device); returns their version. Copies again when
+        a publish overlapped the copy, so the model never holds half of an update."""
+        with torch.no_grad():
+            while True:
+                before = int(self.sequence[0])
+                if before % 2 == 0:
+                    version = int(self.version[0])
+                    for name, value in model.state_dict().items():
+                        value.copy_(self.state[name])
+                    if int(self.sequence[0]) == before:
+                        return version
+                time.sleep(0.0001)  # the learner is mid-publish: a few microseconds more
