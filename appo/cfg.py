@@ -50,6 +50,9 @@ class SamplingCfg:
     num_policies: int = _f(1, "policies trained in this run (population)")
     policy_workers_per_policy: int = _f(1, "policy worker processes per policy (shared: in all)")
     numpy_inference: bool = _f(True, "CPU policy workers of feed-forward models act in numpy (same function, cheaper)")
+    actor_inference: bool = _f(
+        True, "feed-forward models: each actor worker acts for its own envs (numpy, CPU); no policy worker processes"
+    )
     shared_policy_workers: bool = _f(
         True, "several policies: every policy worker serves all of them (one request per split and step)"
     )

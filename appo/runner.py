@@ -251,7 +251,7 @@ def spawn_all(
     """Start learners first (they publish weights), then policy workers, actor workers, the evaluator."""
     from appo.learning.learner import run_learner
     from appo.sampling.actor_worker import run_actor_worker
-    from appo.sampling.policy_worker import run_policy_worker
+    from appo.sampling.policy_worker import actors_act, run_policy_worker
 
     heartbeats = {"actors": control["heartbeats"], "policy_workers": control["policy_heartbeats"]}
     sup = Supervisor(ctx, heartbeats, queues, cfg.worker_stuck_timeout, cfg.policy_workers_per_policy)
@@ -260,16 +260,19 @@ def spawn_all(
         args = (cfg, derived, p, buffers, params[p], spaces, ckpt, device, control, queues)
         sup.add("learners", f"learner_{p}", run_learner, lambda _inc, a=args: a)
     shared = cfg.shared_policy_workers and cfg.num_policies > 1
-    for p in range(1 if shared else cfg.num_policies):
+    local = actors_act(cfg)  # actor workers act for their own envs: no policy worker processes
+    for p in range(0 if local else 1 if shared else cfg.num_policies):
         for i in range(cfg.policy_workers_per_policy):
             args = (cfg, derived, p, i, buffers, params if shared else params[p], spaces, device, control, queues)
             sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)
+    acting = (params, spaces) if local else ()
+    log.info("inference: %s", "in the actor workers (numpy, cpu)" if local else f"policy workers on {device}")
     for w in range(cfg.num_workers):
         sup.add(
             "actors",
             f"actor_worker_{w}",
             run_actor_worker,
-            lambda inc, w=w: (cfg, derived, w, buffers, control, inc, queues),
+            lambda inc, w=w: (cfg, derived, w, buffers, control, inc, queues, *acting),
             True,
         )
     if cfg.eval_interval > 0 or (cfg.task_schedule != "none" and cfg.meta_test_interval > 0):

@@ -15,7 +15,7 @@ from appo.messages import Stop
 from appo.model import make_model
 from appo.processes import limit_threads
 from appo.sampling.actor_worker import ActorWorker
-from appo.sampling.policy_worker import PolicyWorker
+from appo.sampling.policy_worker import make_policy_workers
 from appo.wiring import actor_inbox, policy_queue, send, wire
 from utils.logging import log
 from utils.paths import checkpoint_dir
@@ -34,12 +34,7 @@ def run_serial(
     for learner in learners:
         learner.init()
         driver.on_messages([learner.hparams_report()])
-    if cfg.shared_policy_workers and cfg.num_policies > 1:
-        policy_workers = [PolicyWorker(cfg, derived, 0, buffers, params, spaces, device, control)]
-    else:
-        policy_workers = [
-            PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device) for p in range(cfg.num_policies)
-        ]
+    policy_workers = make_policy_workers(cfg, derived, buffers, params, spaces, device, control)
     actors = [ActorWorker(cfg, derived, w, buffers, control) for w in range(cfg.num_workers)]
     evaluator = Evaluator(cfg, spaces, params) if driver.eval_interval > 0 else None
     received: list[int] = []

@@ -2,6 +2,10 @@
 
 `ActorWorker` is the component (plain object, driven by the process loop below or by --serial_mode);
 `run_actor_worker` is the thin process shell: start up, loop over the inbox, shut down.
+
+With --actor_inference (feed-forward models), the worker holds its own policy-worker components and
+answers its splits' InferenceRequests itself: one numpy pass over all its envs per round, no queue hop and
+no policy worker process. Requests and replies are the same messages either way; they just never leave.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import torch
 
 from appo.buffers import numpy_views
 from appo.cfg import Cfg, Derived
-from appo.messages import ActionsReady, EpisodeReport, SlotsReleased, Stop
+from appo.learning.param_sync import ParamStore
+from appo.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
 from appo.processes import component_main
 from appo.sampling.env_runner import EnvRunner
+from appo.sampling.policy_worker import PolicyWorker, make_policy_workers
 from appo.wiring import Queues, actor_inbox, send
 from envs import make_run_env
 from utils.timing import Timing
@@ -35,8 +41,12 @@ class ActorWorker:
         buffers: dict[str, torch.Tensor],
         control: dict[str, torch.Tensor] | None = None,
         incarnation: int = 0,
+        inference: list[PolicyWorker] | None = None,
     ) -> None:
+        """`inference`: policy-worker components to answer this worker's requests in-process (or None)."""
         self.cfg, self.worker_idx = cfg, worker_idx
+        self.inference = {w.policy_id: w for w in inference or []}
+        self.pending: list[InferenceRequest] = []  # requests to answer here at the next act_locally
         env_fn = partial(make_run_env, cfg)
         views = numpy_views(buffers)
         self.control = numpy_views(control) if control is not None else None
@@ -69,13 +79,42 @@ class ActorWorker:
             return self.runners[msg.split_idx].on_slots_released(msg.group_idx, msg.policy_id)
         raise TypeError(f"actor worker {self.worker_idx}: unexpected message {msg!r}")
 
+    def keep_local(self, msgs: list[Any]) -> list[Any]:
+        """Hold the InferenceRequests this worker answers itself; returns the messages to send."""
+        if not self.inference:
+            return msgs
+        out = []
+        for msg in msgs:
+            (self.pending if type(msg) is InferenceRequest else out).append(msg)
+        return out
+
+    def act_locally(self) -> list[Any]:
+        """Answer the held requests (one pass per policy-worker component) and step the splits they name;
+        returns the messages to send (their next requests are held again)."""
+        if not self.pending:
+            return []
+        requests, self.pending = self.pending, []
+        with self.timing.add_time("inference"):
+            if len(self.inference) == 1:
+                replies = next(iter(self.inference.values())).infer(requests)
+            else:
+                replies = [
+                    reply
+                    for pid, worker in self.inference.items()
+                    for reply in worker.infer([r for r in requests if r.policy_id == pid])
+                ]
+        out: list[Any] = []
+        for reply in replies:
+            out += self.handle(reply)
+        return self.keep_local(out)
+
     def reports(self, force: bool = False) -> list[Any]:
         """Finished episodes since the last report, at most once a second (fewer, larger messages)."""
         now = time.monotonic()
         if not force and now - self.last_report < EPISODE_REPORT_SECONDS:
             return []
-        # Utilisation: the share of wall time since the last report spent stepping envs.
-        stepping = self.timing.totals["env_step"]
+        # Utilisation: the share of wall time since the last report spent stepping envs (and acting for them).
+        stepping = self.timing.totals["env_step"] + self.timing.totals["inference"]
         busy = (stepping - self.last_stepping) / max(now - self.last_report, 1e-9)
         self.last_report, self.last_stepping = now, stepping
         by_policy: dict[int, list[tuple[float, int, dict | None, int]]] = {}
@@ -107,11 +146,12 @@ class ActorWorker:
 def actor_worker_loop(worker: ActorWorker, queues: Queues) -> None:
     inbox = actor_inbox(queues, worker.worker_idx)
     worker.heartbeat()
-    send(worker.init(), queues)
+    send(worker.keep_local(worker.init()), queues)
     while True:
         with worker.timing.add_time("wait"):
             try:
-                msgs = inbox.get_many(timeout=0.5)
+                # With requests of its own to answer, the worker only looks whether anything came in.
+                msgs = inbox.get_many(block=not worker.pending, timeout=0.5)
             except Exception:  # faster_fifo raises queue.Empty on timeout
                 msgs = []
         out: list[Any] = []
@@ -120,9 +160,10 @@ def actor_worker_loop(worker: ActorWorker, queues: Queues) -> None:
                 send(worker.reports(force=True), queues)
                 return
             out += worker.handle(msg)
+        out += worker.act_locally()
         out += worker.reports()
         out += worker.heartbeat()
-        send(out, queues)
+        send(worker.keep_local(out), queues)
 
 
 def run_actor_worker(
@@ -133,11 +174,18 @@ def run_actor_worker(
     control: dict[str, torch.Tensor],
     incarnation: int,
     queues: Queues,
+    params: list[ParamStore] | None = None,
+    spaces: tuple[Any, Any] | None = None,
 ) -> None:
-    """Process entry point of actor worker `worker_idx` (its `incarnation`-th start)."""
+    """Process entry point of actor worker `worker_idx` (its `incarnation`-th start). Given every policy's
+    `params`, it acts for its own envs (on the CPU)."""
 
     def body() -> None:
-        worker = ActorWorker(cfg, derived, worker_idx, buffers, control, incarnation)
+        inference = None
+        if params is not None:
+            stream = 1000 + worker_idx  # apart from policy worker processes' streams
+            inference = make_policy_workers(cfg, derived, buffers, params, spaces, "cpu", control, stream)
+        worker = ActorWorker(cfg, derived, worker_idx, buffers, control, incarnation, inference)
         try:
             actor_worker_loop(worker, queues)
         finally:
@@ -145,6 +193,8 @@ def run_actor_worker(
             from utils.logging import log
 
             log.info("actor worker %d profile: %s", worker_idx, worker.timing.profile())
+            for w in worker.inference.values():
+                log.info("actor worker %d inference for policy %d: %s", worker_idx, w.policy_id, w.timing.profile())
 
     cpu = worker_idx if cfg.set_workers_cpu_affinity else None
     component_main(cfg, f"actor_worker_{worker_idx}", queues, body, cpu=cpu)

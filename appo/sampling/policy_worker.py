@@ -41,7 +41,9 @@ class PolicyWorker:
         spaces: tuple[gym.Space, gym.Space],
         device: str,
         control: dict[str, torch.Tensor] | None = None,
+        stream: int = 0,
     ) -> None:
+        """`stream` tells apart the random streams of several instances (policy workers, acting actors)."""
         self.cfg, self.policy_id, self.device = cfg, policy_id, device
         self.np_buf = numpy_views(buffers)
         self.stores = params if isinstance(params, list) else [params]
@@ -49,7 +51,7 @@ class PolicyWorker:
         self.models = [make_model(cfg, *spaces).to(device).eval() for _ in self.stores]
         self.versions = [-1] * len(self.stores)
         self.fast: list[NumpyPolicy | None] = [
-            NumpyPolicy(m, cfg.seed * 1009 + policy_id * 101 + k)
+            NumpyPolicy(m, cfg.seed * 1009 + policy_id * 101 + k + stream * 7919)
             if cfg.numpy_inference and NumpyPolicy.supports(m, device)
             else None
             for k, m in enumerate(self.models)
@@ -58,7 +60,7 @@ class PolicyWorker:
         # Serving a population on the numpy path: one pass over the stacked weights of every policy.
         members = [f for f in self.fast if f is not None]
         stackable = self.slot_policy is not None and len(members) == len(self.fast)
-        self.stack = NumpyPolicyStack(members, cfg.seed * 1009 + 7) if stackable else None
+        self.stack = NumpyPolicyStack(members, cfg.seed * 1009 + 7 + stream * 7919) if stackable else None
         self.timing = Timing()
         self.samples = 0
 
@@ -146,6 +148,32 @@ class PolicyWorker:
         self.samples += len(slots)
 
 
+def make_policy_workers(
+    cfg: Cfg,
+    derived: Derived,
+    buffers: dict[str, torch.Tensor],
+    params: list[ParamStore],
+    spaces: tuple[gym.Space, gym.Space],
+    device: str,
+    control: dict[str, torch.Tensor] | None,
+    stream: int = 0,
+) -> list[PolicyWorker]:
+    """The policy-worker components that answer every request of a run: one serving all policies (shared
+    policy workers), else one per policy."""
+    if cfg.shared_policy_workers and cfg.num_policies > 1:
+        return [PolicyWorker(cfg, derived, 0, buffers, params, spaces, device, control, stream)]
+    return [
+        PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device, stream=stream)
+        for p in range(cfg.num_policies)
+    ]
+
+
+def actors_act(cfg: Cfg) -> bool:
+    """Whether actor workers act for their own envs (--actor_inference; feed-forward models, numpy on the CPU),
+    so that no policy worker process runs."""
+    return cfg.actor_inference and cfg.numpy_inference and not cfg.use_rnn and not cfg.serial_mode
+
+
 def _slots(r: InferenceRequest) -> slice | np.ndarray:
     if r.envs is None:
         return slice(r.first_slot, r.first_slot + r.num_envs)
@@ -191,7 +219,7 @@ def run_policy_worker(
     """Process entry point of policy worker `index` of policy `policy_id` (of every policy, given all stores)."""
 
     def body() -> None:
-        worker = PolicyWorker(cfg, derived, policy_id, buffers, params, spaces, device, control)
+        worker = PolicyWorker(cfg, derived, policy_id, buffers, params, spaces, device, control, stream=index)
         slot = policy_id * cfg.policy_workers_per_policy + index
         heartbeat = control["policy_heartbeats"].numpy()[slot : slot + 1]
         try:

@@ -86,7 +86,8 @@ def _wait_for(log: Path, text: str, timeout: float = 40) -> None:
 
 
 def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_target(train_dir):
-    proc = start([*FAST, f"--train_dir={train_dir}", "--experiment=k", "--train_for_env_steps=250000"])
+    args = [*FAST, f"--train_dir={train_dir}", "--experiment=k", "--train_for_env_steps=250000"]
+    proc = start([*args, "--actor_inference=False"])  # policy worker processes
     log = train_dir / "k" / "log.txt"
     _wait_for(log, "INFO steps")
     find("appo:k:actor_worker_0").kill()
@@ -109,7 +110,7 @@ def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_ta
 def test_a_frozen_policy_worker_is_found_by_its_heartbeat_and_replaced(train_dir):
     """SIGSTOP: alive but silent, as a policy worker blocked for good inside its request queue would be."""
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=frozen", "--train_for_env_steps=150000"]
-    proc = start([*args, "--worker_stuck_timeout=5"])
+    proc = start([*args, "--worker_stuck_timeout=5", "--actor_inference=False"])
     log = train_dir / "frozen" / "log.txt"
     _wait_for(log, "INFO steps")
     frozen = find("appo:frozen:policy_worker_0_0")

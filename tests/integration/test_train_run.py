@@ -93,6 +93,7 @@ def test_process_names_and_ctrl_c(train_dir):
             f"--train_dir={train_dir}",
             "--experiment=names",
             "--num_workers=2",
+            "--actor_inference=False",  # a policy worker process too
             "--train_for_seconds=120",
         ],
         cwd=ROOT,
