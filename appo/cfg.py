@@ -48,7 +48,9 @@ class SamplingCfg:
     worker_num_splits: int = _f(2, "groups each worker's envs are split into (2 = double buffering)")
     rollout: int = _f(64, "T: env steps of one trajectory slot")
     num_policies: int = _f(1, "policies trained in this run (population)")
-    policy_workers_per_policy: int = _f(1, "policy worker processes per policy (shared: in all)")
+    policy_workers_per_policy: int = _f(
+        1, "policy worker processes per policy (shared: in all); none run when actor workers act themselves"
+    )
     numpy_inference: bool = _f(True, "CPU policy workers of feed-forward models act in numpy (same function, cheaper)")
     actor_inference: bool = _f(
         True, "feed-forward models: each actor worker acts for its own envs (numpy, CPU); no policy worker processes"
