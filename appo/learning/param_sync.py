@@ -34,9 +34,11 @@ class ParamStore:
     def current_version(self) -> int:
         return int(self.version[0])
 
-    def pull(self, model: nn.Module) -> int:
+    def pull(self, model: nn.Module, patience: float = 5.0) -> int:
         """Load the published weights into `model` (on any device); returns their version. Copies again when
-        a publish overlapped the copy, so the model never holds half of an update."""
+        a publish overlapped the copy, so the model never holds half of an update. A publish that stays
+        unfinished for `patience` seconds (its learner died mid-copy) raises instead of waiting forever."""
+        deadline = time.monotonic() + patience
         with torch.no_grad():
             while True:
                 before = int(self.sequence[0])
@@ -46,4 +48,6 @@ class ParamStore:
                         value.copy_(self.state[name])
                     if int(self.sequence[0]) == before:
                         return version
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"published weights unfinished for {patience:g} s (their learner died?)")
                 time.sleep(0.0001)  # the learner is mid-publish: a few microseconds more

@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import signal
 
+import pytest
 import torch
 from torch import nn
 
@@ -74,3 +75,11 @@ def test_a_reader_killed_mid_pull_does_not_block_the_writer():
         for r in readers:
             r.kill()
             r.join(5)
+
+
+def test_a_publish_left_unfinished_fails_the_pull_clearly():
+    """The writer died mid-copy (the counter stays odd): readers raise instead of spinning forever."""
+    store = ParamStore(_model(0.0))
+    store.sequence += 1
+    with pytest.raises(RuntimeError, match="unfinished"):
+        store.pull(_model(0.0), patience=0.2)
