@@ -18,6 +18,7 @@ processes outside this benchmark is printed too.
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import os
 import statistics
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _raw_worker(env_name: str, seconds: float, out: mp.Queue, actions: str) -> None:
+def _raw_worker(env_name: str, seconds: float, out: mp.Queue, actions: str, std: float) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     import gymnasium as gym
     import numpy as np
@@ -44,11 +45,14 @@ def _raw_worker(env_name: str, seconds: float, out: mp.Queue, actions: str) -> N
     env.reset(seed=os.getpid())
     space = env.action_space
     if actions == "policy":
-        # What an untrained policy sends (mean ~0, std 1, clipped to the bounds), drawn ahead of time: the
-        # env's own cost with the sampler's action distribution and no per-step Python for drawing them.
+        # What an untrained policy sends (mean ~0, the run's initial std, clipped to the bounds), drawn ahead
+        # of time: the env's own cost with the sampler's action distribution and no per-step Python for
+        # drawing them. MuJoCo's step time depends on the actions (HalfCheetah: std 0.37 steps ~15% slower
+        # than std 1), so the std must be the run's.
         rng = np.random.default_rng(os.getpid())
         if isinstance(space, gym.spaces.Box):
-            drawn = np.clip(rng.standard_normal((4096, *space.shape)), space.low, space.high).astype(space.dtype)
+            noise = std * rng.standard_normal((4096, *space.shape))
+            drawn = np.clip(noise, space.low, space.high).astype(space.dtype)
         else:
             drawn = rng.integers(space.n, size=4096)
     for _ in range(200):  # warm-up
@@ -63,16 +67,25 @@ def _raw_worker(env_name: str, seconds: float, out: mp.Queue, actions: str) -> N
     out.put(steps / (time.perf_counter() - start))
 
 
-def raw_fps(env_name: str, procs: int, seconds: float, actions: str = "sample") -> float:
+def raw_fps(env_name: str, procs: int, seconds: float, actions: str = "sample", std: float = 1.0) -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    workers = [ctx.Process(target=_raw_worker, args=(env_name, seconds, out, actions)) for _ in range(procs)]
+    args = (env_name, seconds, out, actions, std)
+    workers = [ctx.Process(target=_raw_worker, args=args) for _ in range(procs)]
     for w in workers:
         w.start()
     total = sum(out.get(timeout=seconds + 120) for _ in workers)
     for w in workers:
         w.join()
     return total
+
+
+def initial_std(env_name: str, extra: list[str]) -> float:
+    """exp(--initial_log_std) of the run these flags start (defaults < env preset < flags)."""
+    from appo.cfg import build_parser, merge_cfg
+
+    explicit = vars(build_parser("throughput").parse_args([f"--env={env_name}", *extra]))
+    return math.exp(merge_cfg(explicit, None).initial_log_std)
 
 
 def steady_fps(summaries: Path, warmup: float) -> float:
@@ -146,11 +159,13 @@ def main() -> int:
     args, extra = parser.parse_known_args()
     extra = extra or ["--num_workers=2", "--num_envs_per_worker=8", "--worker_num_splits=2", "--async_rl=True"]
     print(f"env={args.env} cores={args.procs} repeats={args.repeats} seconds={args.seconds} flags={' '.join(extra)}")
+    std = initial_std(args.env, extra)
+    print(f"policy-like actions: clipped N(0, {std:.3f}), the initial std of this run's policy")
     print(f"CPU used by other processes before: {foreign_cpu():.2f} cores")
     raw, raw_policy, sampler, training = [], [], [], []
     for i in range(args.repeats):
         raw.append(raw_fps(args.env, args.procs, args.seconds))
-        raw_policy.append(raw_fps(args.env, args.procs, args.seconds, actions="policy"))
+        raw_policy.append(raw_fps(args.env, args.procs, args.seconds, actions="policy", std=std))
         sampler.append(appo_fps(args.env, args.seconds, args.warmup, extra, sampler_only=True))
         training.append(appo_fps(args.env, args.seconds, args.warmup, extra, sampler_only=False))
         print(
