@@ -261,7 +261,8 @@ def spawn_all(
         sup.add("learners", f"learner_{p}", run_learner, lambda _inc, a=args: a)
     shared = cfg.shared_policy_workers and cfg.num_policies > 1
     local = actors_act(cfg)  # actor workers act for their own envs: no policy worker processes
-    for p in range(0 if local else 1 if shared else cfg.num_policies):
+    served = [] if local else [0] if shared else range(cfg.num_policies)
+    for p in served:
         for i in range(cfg.policy_workers_per_policy):
             args = (cfg, derived, p, i, buffers, params if shared else params[p], spaces, device, control, queues)
             sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)

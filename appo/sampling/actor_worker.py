@@ -95,14 +95,11 @@ class ActorWorker:
             return []
         requests, self.pending = self.pending, []
         with self.timing.add_time("inference"):
-            if len(self.inference) == 1:
-                replies = next(iter(self.inference.values())).infer(requests)
-            else:
-                replies = [
-                    reply
-                    for pid, worker in self.inference.items()
-                    for reply in worker.infer([r for r in requests if r.policy_id == pid])
-                ]
+            replies = [
+                reply
+                for pid, worker in self.inference.items()
+                for reply in worker.infer([r for r in requests if r.policy_id == pid])
+            ]
         out: list[Any] = []
         for reply in replies:
             out += self.handle(reply)

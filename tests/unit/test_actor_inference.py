@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -14,6 +16,7 @@ from appo.messages import InferenceRequest, TrajectoryReady
 from appo.model import make_model
 from appo.sampling.actor_worker import ActorWorker
 from appo.sampling.policy_worker import PolicyWorker, actors_act, make_policy_workers
+from tests.unit.test_population import split_cfg
 
 SPACES = (gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
 
@@ -33,16 +36,7 @@ def values_of(model, obs: np.ndarray) -> np.ndarray:
 
 
 def run_actor(num_policies: int, shared: bool) -> None:
-    cfg = Cfg(
-        env="CartPole-v1",
-        num_policies=num_policies,
-        shared_policy_workers=shared,
-        num_workers=1,
-        num_envs_per_worker=8,
-        worker_num_splits=2,
-        rollout=4,
-        batch_size=32,
-    )
+    cfg = replace(split_cfg(num_policies, shared), worker_num_splits=2)  # two splits of 4 envs
     d = derive(cfg)
     bufs, control = allocate_trajectories(cfg, d, *SPACES), allocate_control(cfg, d)
     views = numpy_views(bufs)
