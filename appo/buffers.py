@@ -47,7 +47,7 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
         action = TensorSpec((T, 1), torch.int64)
     else:
         action = TensorSpec((T, int(np.prod(action_space.shape))), torch.float32)
-    return {
+    engine = {
         "obs": TensorSpec((T + 1, *obs_space.shape), torch.float32),
         "actions": action,
         "log_probs": TensorSpec((T,), torch.float32),  # of the behaviour policy
@@ -57,6 +57,30 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
         "truncated": TensorSpec((T,), torch.float32),  # ended by a time limit, not by the env's dynamics
         "policy_versions": TensorSpec((T,), torch.int64),  # weights version that chose each action
         "rnn_states": TensorSpec((T + 1, rnn_state_size(cfg)), torch.float32),  # state before each step
+    }
+    from appo.algorithms import algorithm_class
+
+    extra = algorithm_class(cfg.algo).trajectory_fields(cfg, obs_space, action_space)
+    clash = sorted(set(extra) & set(engine))
+    unknown = sorted(set(extra) - set(actor_fields(cfg)) - set(engine))
+    if clash or unknown:
+        raise ValueError(
+            f"--algo={cfg.algo}: trajectory fields {clash or unknown} are "
+            + ("the engine's own" if clash else f"not ones actor workers fill ({', '.join(actor_fields(cfg))})")
+        )
+    return engine | {name: actor_fields(cfg)[name] for name in extra}
+
+
+def actor_fields(cfg: Cfg) -> dict[str, TensorSpec]:
+    """Per-step fields an algorithm may ask for (Algorithm.trajectory_fields), which actor workers then fill
+    (appo/sampling/env_runner.py): the task each step ran (its index in the train split, -1 for envs without
+    tasks), the episode it belongs to (unique in the run: global env index << 32 | the env's episode count),
+    and the weight set that acted (appo/control.py)."""
+    T = cfg.rollout
+    return {
+        "task_ids": TensorSpec((T,), torch.int64),
+        "episode_ids": TensorSpec((T,), torch.int64),
+        "weight_sets": TensorSpec((T,), torch.int64),
     }
 
 
@@ -73,9 +97,18 @@ def allocate_trajectories(
     return tensors
 
 
+def group_number(worker_idx: int, split_idx: int, group_idx: int, num_splits: int, groups_per_split: int) -> int:
+    """The run-wide number of slot group `group_idx` of split `split_idx` of actor worker `worker_idx`: the one
+    formula behind every group index (slots, group_at_learner rows, the batcher's releases)."""
+    return (worker_idx * num_splits + split_idx) * groups_per_split + group_idx
+
+
+def group_index(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, group_idx: int) -> int:
+    return group_number(worker_idx, split_idx, group_idx, cfg.worker_num_splits, derived.slot_groups_per_split)
+
+
 def first_slot(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, group_idx: int) -> int:
-    split_global = worker_idx * cfg.worker_num_splits + split_idx
-    return (split_global * derived.slot_groups_per_split + group_idx) * derived.envs_per_split
+    return group_index(cfg, derived, worker_idx, split_idx, group_idx) * derived.envs_per_split
 
 
 def numpy_views(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
@@ -91,7 +124,10 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
       policy workers, which serve every policy);
     - group_at_learner [num_groups, num_policies] uint8: 1 while (part of) a slot group is handed to that
       policy's learner; each cell has one writer at a time. A restarted actor worker takes as free only the
-      groups that no learner holds."""
+      groups that no learner holds;
+    - assignments [num_envs_total, 3] int64: the control channel (appo/control.py), every cell free."""
+    from appo.control import allocate_assignments
+
     num_groups = derived.num_splits_total * derived.slot_groups_per_split
     return {
         "heartbeats": torch.zeros(cfg.num_workers, dtype=torch.float64).share_memory_(),
@@ -100,11 +136,8 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
             cfg.num_policies * cfg.policy_workers_per_policy, dtype=torch.float64
         ).share_memory_(),
         "group_at_learner": torch.zeros(num_groups, cfg.num_policies, dtype=torch.uint8).share_memory_(),
+        "assignments": allocate_assignments(derived.num_envs_total),
     }
-
-
-def group_index(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, group_idx: int) -> int:
-    return (worker_idx * cfg.worker_num_splits + split_idx) * derived.slot_groups_per_split + group_idx
 
 
 def shared_bytes(cfg: Cfg, derived: Derived, obs_space: gym.Space, action_space: gym.Space) -> int:

@@ -13,15 +13,12 @@ import dataclasses
 import json
 import math
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-
-def _f(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best next to each field
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+from appo.algorithms import algorithm_spec, flag_groups
+from appo.flags import flag as _f
 
 
 @dataclass
@@ -71,20 +68,12 @@ class SamplingCfg:
 
 @dataclass
 class LearningCfg:
+    algo: str = _f("appo", "training algorithm (appo/algorithms): appo")
     batch_size: int = _f(1024, "minibatch: env steps per SGD step")
     num_batches_per_epoch: int = _f(1, "minibatches per epoch; an iteration trains on their sum")
     num_epochs: int = _f(1, "passes over each iteration's experience")
     gamma: float = _f(0.99, "discount")
-    with_vtrace: bool = _f(True, "V-trace targets (off: GAE)")
-    vtrace_rho: float = _f(1.0, "V-trace rho-bar (importance weight clip of the TD error)")
-    vtrace_c: float = _f(1.0, "V-trace c-bar (trace cutting)")
-    gae_lambda: float = _f(0.95, "GAE lambda")
     value_bootstrap: bool = _f(True, "bootstrap from V(s) at time-limit truncation instead of treating it as death")
-    ppo_clip_ratio: float = _f(0.1, "PPO policy ratio clip epsilon")
-    ppo_clip_value: float = _f(1.0, "PPO value clip (normalised units); 0 disables")
-    value_loss_coeff: float = _f(0.5, "weight of the value loss")
-    exploration_loss_coeff: float = _f(0.003, "weight of the entropy bonus")
-    normalize_advantage: bool = _f(True, "normalise advantages per minibatch")
     max_grad_norm: float = _f(4.0, "global gradient norm clip; 0 disables")
     learning_rate: float = _f(1e-4, "Adam learning rate")
     lr_schedule: str = _f("constant", "constant or linear_decay (to 0 at train_for_env_steps)")
@@ -107,6 +96,7 @@ class ModelCfg:
     normalize_input: bool = _f(True, "running mean/std normalisation of observations")
     normalize_returns: bool = _f(True, "running mean/std normalisation of value targets")
     initial_log_std: float = _f(0.0, "initial log standard deviation of Gaussian actions")
+    separate_value_trunk: bool = _f(False, "the value head gets its own MLP encoder instead of sharing the policy's")
 
 
 @dataclass
@@ -144,14 +134,15 @@ class PbtCfg:
 
 
 @dataclass
-class Cfg(RunCfg, SamplingCfg, LearningCfg, ModelCfg, MetaCfg, EvalCfg, PbtCfg):
-    """The whole configuration of a run: every flag, flat."""
+class Cfg(RunCfg, SamplingCfg, LearningCfg, *flag_groups(), ModelCfg, MetaCfg, EvalCfg, PbtCfg):  # type: ignore[misc]
+    """The whole configuration of a run: every flag, flat (each algorithm's own flags included)."""
 
 
 GROUPS: list[tuple[str, type]] = [
     ("run", RunCfg),
     ("sampling", SamplingCfg),
     ("learning", LearningCfg),
+    *[(f"algorithm: {group.__name__.removesuffix('Cfg').lower()}", group) for group in flag_groups()],
     ("model", ModelCfg),
     ("meta", MetaCfg),
     ("evaluation", EvalCfg),
@@ -347,8 +338,10 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(f"--recurrence={cfg.recurrence}: must be -1 or divide --rollout={cfg.rollout}")
     if not 0.0 <= cfg.gamma <= 1.0:
         errors.append(f"--gamma={cfg.gamma}: must be in [0, 1]")
-    if not 0.0 <= cfg.gae_lambda <= 1.0:
-        errors.append(f"--gae_lambda={cfg.gae_lambda}: must be in [0, 1]")
+    try:
+        errors += algorithm_spec(cfg.algo).verify(cfg)
+    except ValueError as exc:  # an unknown --algo
+        errors.append(str(exc))
     if cfg.save_best_metric == "eval" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
         errors.append("--save_best_metric=eval: needs --eval_interval > 0 (or --meta_test_interval for task envs)")
     if cfg.max_policy_lag < 0:
@@ -359,57 +352,9 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(f"--device={cfg.device}: must be auto, cpu, cuda or cuda:N")
     if not cfg.experiment or "/" in cfg.experiment:
         errors.append(f"--experiment={cfg.experiment!r}: must be a non-empty name without '/'")
+    from appo.pbt import verify_pbt
+
     return errors + verify_pbt(cfg)
-
-
-def verify_pbt(cfg: Cfg) -> list[str]:
-    errors = []
-    if cfg.with_pbt and cfg.num_policies < 2:
-        errors.append(f"--with_pbt: needs --num_policies >= 2 (got {cfg.num_policies})")
-    if not 0.0 < cfg.pbt_replace_fraction <= 0.5:
-        errors.append(f"--pbt_replace_fraction={cfg.pbt_replace_fraction}: must be in (0, 0.5]")
-    if not 0.0 <= cfg.pbt_mutation_rate <= 1.0:
-        errors.append(f"--pbt_mutation_rate={cfg.pbt_mutation_rate}: must be in [0, 1]")
-    if not 1.0 <= cfg.pbt_perturb_min <= cfg.pbt_perturb_max:
-        errors.append(
-            f"--pbt_perturb_min={cfg.pbt_perturb_min}, --pbt_perturb_max={cfg.pbt_perturb_max}: need 1 <= min <= max"
-        )
-    if cfg.pbt_period_env_steps <= 0 or cfg.pbt_start_mutation < 0:
-        errors.append("--pbt_period_env_steps must be > 0 and --pbt_start_mutation >= 0")
-    if cfg.pbt_target_objective not in ("train_return", "eval_return"):
-        errors.append(f"--pbt_target_objective={cfg.pbt_target_objective}: must be train_return or eval_return")
-    elif cfg.pbt_target_objective == "eval_return" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
-        errors.append("--pbt_target_objective=eval_return: needs --eval_interval > 0 (or --meta_test_interval)")
-    try:
-        policy_hparams(cfg)
-    except ValueError as exc:
-        errors.append(f"--policy_hparams={cfg.policy_hparams!r}: {exc}")
-    return errors
-
-
-def policy_hparams(cfg: Cfg) -> dict[int, dict[str, float]]:
-    """--policy_hparams parsed and checked: policy id -> {hyperparameter: value}; ValueError says what is wrong."""
-    from appo.pbt import HPARAMS
-
-    if not cfg.policy_hparams:
-        return {}
-    try:
-        raw = json.loads(cfg.policy_hparams)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc.msg})") from None
-    if not isinstance(raw, dict):
-        raise ValueError('must be an object like {"1": {"learning_rate": 0.001}}')
-    out: dict[int, dict[str, float]] = {}
-    for key, values in raw.items():
-        if not str(key).isdigit() or int(key) >= cfg.num_policies:
-            raise ValueError(f"policy {key!r} is not one of 0..{cfg.num_policies - 1}")
-        if not isinstance(values, dict) or not all(isinstance(v, int | float) for v in values.values()):
-            raise ValueError(f"policy {key}: must map hyperparameter names to numbers")
-        unknown = sorted(set(values) - set(HPARAMS))
-        if unknown:
-            raise ValueError(f"unknown hyperparameters {', '.join(unknown)}; valid: {', '.join(HPARAMS)}")
-        out[int(key)] = {k: float(v) for k, v in values.items()}
-    return out
 
 
 def verify_or_exit(cfg: Cfg) -> None:

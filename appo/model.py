@@ -1,11 +1,17 @@
 """The actor-critic: observation normaliser -> MLP encoder -> optional GRU/LSTM core -> policy and value
-heads. Policy workers call `act` on one step of many envs; the learner calls `evaluate` on whole
-trajectories. The return normaliser lives here too, so weights, normalisers and all travel together
-(to policy workers through appo.learning.param_sync, to disk through appo.checkpoint)."""
+heads (optionally the value head reads its own MLP trunk, `--separate_value_trunk`). Policy workers call
+`act` on one step of many envs; the learner calls the module itself (`forward`, alias `evaluate`) on whole
+trajectories, so DDP's hooks and `torch.func.functional_call` see the whole computation. The return
+normaliser lives here too, so weights, normalisers and all travel together (to policy workers through
+appo.learning.param_sync, to disk through appo.checkpoint).
+
+Models are built by name through a registry (`MODELS`, `register_model`, `make_model`), so that other
+algorithms can add their own networks (a Q-function pair, a command-conditioned policy) beside this one."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +23,35 @@ from appo.distributions import Categorical, DiagGaussian
 from appo.normalize import RunningMeanStd
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+# Every model class by the name `make_model(..., kind=name)` builds it under; filled by `register_model`.
+MODELS: dict[str, type[nn.Module]] = {}
+
+_M = TypeVar("_M", bound=type[nn.Module])
+
+
+def register_model(name: str) -> Callable[[_M], _M]:
+    """Class decorator: make `cls` buildable as `make_model(cfg, obs_space, action_space, kind=name)`. The class
+    is constructed as `cls(cfg, obs_space, action_space)`. A name already taken by another class is an error,
+    because silently replacing a model would change what every checkpoint of that kind loads into."""
+
+    def add(cls: _M) -> _M:
+        if MODELS.get(name, cls) is not cls:
+            raise ValueError(f"model kind {name!r} is already registered to {MODELS[name].__qualname__}")
+        MODELS[name] = cls
+        return cls
+
+    return add
+
+
+def _mlp(in_size: int, layers: list[int], nonlinearity: str) -> tuple[nn.Sequential, int]:
+    """Linear + activation per hidden size; returns the MLP and its output width (`in_size` when empty)."""
+    modules: list[nn.Module] = []
+    size = in_size
+    for hidden in layers:
+        modules += [nn.Linear(size, hidden), _ACTIVATIONS[nonlinearity]()]
+        size = hidden
+    return nn.Sequential(*modules), size
 
 
 class ActOutput(NamedTuple):
@@ -33,9 +68,12 @@ class EvalOutput(NamedTuple):
     dist: DiagGaussian | Categorical  # over the N * T steps, flattened
 
 
+@register_model("actor_critic")
 class ActorCritic(nn.Module):
     def __init__(self, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> None:
         super().__init__()
+        if cfg.separate_value_trunk and cfg.use_rnn:
+            raise ValueError("--separate_value_trunk: not supported with --use_rnn")
         self.is_discrete = isinstance(action_space, gym.spaces.Discrete)
         self.use_rnn = cfg.use_rnn
         self.rnn_type = cfg.rnn_type
@@ -43,12 +81,7 @@ class ActorCritic(nn.Module):
         self.obs_normalizer = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_input else None
         self.returns_normalizer = RunningMeanStd(()) if cfg.normalize_returns else None
 
-        layers: list[nn.Module] = []
-        size = obs_dim
-        for hidden in cfg.encoder_mlp_layers:
-            layers += [nn.Linear(size, hidden), _ACTIVATIONS[cfg.nonlinearity]()]
-            size = hidden
-        self.encoder = nn.Sequential(*layers)
+        self.encoder, size = _mlp(obs_dim, cfg.encoder_mlp_layers, cfg.nonlinearity)
         self.core: nn.Module | None = None
         if cfg.use_rnn:
             cell = nn.GRUCell if cfg.rnn_type == "gru" else nn.LSTMCell
@@ -61,15 +94,27 @@ class ActorCritic(nn.Module):
             action_dim = int(np.prod(action_space.shape))
             self.policy_head = nn.Linear(size, action_dim)
             self.log_std = nn.Parameter(torch.full((action_dim,), cfg.initial_log_std))
+        # With the separate trunk the value head reads that trunk's features, of the same width as the policy's
+        # (no core: see the check above).
         self.value_head = nn.Linear(size, 1)
         # Small initial policy outputs keep the first actions near the centre of the action range.
         nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
         nn.init.zeros_(self.policy_head.bias)
+        # Built last and only when asked for, so that without it the parameters, their names and the draws
+        # from the seeded generator are exactly those of models (and checkpoints) from before the option.
+        self.value_encoder: nn.Sequential | None = None
+        if cfg.separate_value_trunk:
+            self.value_encoder = _mlp(obs_dim, cfg.encoder_mlp_layers, cfg.nonlinearity)[0]
 
     # --- pieces -----------------------------------------------------------------------------------
     def normalize_obs(self, obs: Tensor) -> Tensor:
         obs = obs.float()
         return self.obs_normalizer.normalize(obs) if self.obs_normalizer is not None else obs
+
+    def _value_features(self, norm_obs: Tensor, features: Tensor) -> Tensor:
+        """What the value head reads: the separate trunk's features of the normalised, flattened observations
+        `norm_obs` [..., obs_dim], or else the policy's `features` [..., F] themselves."""
+        return features if self.value_encoder is None else self.value_encoder(norm_obs)
 
     def distribution(self, features: Tensor) -> DiagGaussian | Categorical:
         params = self.policy_head(features)
@@ -90,12 +135,13 @@ class ActorCritic(nn.Module):
     @torch.no_grad()
     def act(self, obs: Tensor, rnn_states: Tensor, deterministic: bool = False) -> ActOutput:
         """One step for B envs: obs [B, *obs_shape], rnn_states [B, H]."""
-        x = self.encoder(self.normalize_obs(obs).flatten(1))
+        norm_obs = self.normalize_obs(obs).flatten(1)
+        x = self.encoder(norm_obs)
         if self.core is not None:
             x, rnn_states = self.core_step(x, rnn_states)
         dist = self.distribution(x)
         actions = dist.mode() if deterministic else dist.sample()
-        values = self.value_head(x).squeeze(-1)
+        values = self.value_head(self._value_features(norm_obs, x)).squeeze(-1)
         log_probs = dist.log_prob(actions)
         if self.is_discrete:
             actions = actions.unsqueeze(-1)
@@ -105,9 +151,12 @@ class ActorCritic(nn.Module):
     def features(self, obs: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
         """Features of every step of N trajectories: obs [N, T, ...]; rnn_states [N, T, H] (only the
         states at chunk starts, every `recurrence` steps, are used); dones [N, T] reset the state after
-        an episode ends. Returns [N, T, F]."""
-        N, T = obs.shape[:2]
-        x = self.encoder(self.normalize_obs(obs).flatten(2))
+        an episode ends. Returns [N, T, F]: the policy's features (see `values` for the value head's)."""
+        return self._core_features(self.encoder(self.normalize_obs(obs).flatten(2)), rnn_states, dones, recurrence)
+
+    def _core_features(self, x: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
+        """The core run over encoder outputs x [N, T, F] as described in `features` (x itself without a core)."""
+        T = x.shape[1]
         if self.core is None:
             return x
         outputs = []
@@ -121,18 +170,40 @@ class ActorCritic(nn.Module):
             h = h * (1.0 - dones[:, t]).unsqueeze(-1)
         return torch.stack(outputs, dim=1)
 
-    def evaluate(self, obs: Tensor, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
-        """Log-probs, entropies and values of T steps of N trajectories under the current weights."""
+    def forward(self, obs: Tensor, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
+        """Log-probs, entropies and values of T steps of N trajectories under the current weights.
+
+        obs [N, T, *obs_shape]; actions [N, T, A] float (Box) or [N, T, 1] int64 (Discrete); rnn_states
+        [N, T, H] and dones [N, T] as in `features`. Returns EvalOutput with [N, T] log-probs, entropies and
+        normalised values, and the distribution over the N * T steps. Being `forward`, it runs through
+        `self(...)`, so DDP's gradient hooks and `torch.func.functional_call` cover it."""
         N, T = obs.shape[:2]
-        x = self.features(obs, rnn_states, dones, recurrence).reshape(N * T, -1)
+        norm_obs = self.normalize_obs(obs).flatten(2)
+        x = self._core_features(self.encoder(norm_obs), rnn_states, dones, recurrence)
+        values = self.value_head(self._value_features(norm_obs, x)).reshape(N, T)
+        x = x.reshape(N * T, -1)
         dist = self.distribution(x)
         flat_actions = actions.reshape(N * T, -1)
         if self.is_discrete:
             flat_actions = flat_actions.squeeze(-1)
         log_probs = dist.log_prob(flat_actions).reshape(N, T)
         entropy = dist.entropy().reshape(N, T)
-        values = self.value_head(x).reshape(N, T)
         return EvalOutput(log_probs, entropy, values, dist)
+
+    def evaluate(self, obs: Tensor, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
+        """`forward` under its older name (through `self(...)`, so hooks still run): see there."""
+        return self(obs, actions, rnn_states, dones, recurrence)
+
+    def values(self, obs: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
+        """Normalised values [N, T] of every step of N trajectories, no actions needed; arguments as in
+        `features`. Callers use this rather than the value head, which may not read the policy's features."""
+        N, T = obs.shape[:2]
+        norm_obs = self.normalize_obs(obs).flatten(2)
+        if self.value_encoder is not None:
+            # The separate trunk reads observations only: no need to run the policy's encoder and core.
+            return self.value_head(self.value_encoder(norm_obs)).reshape(N, T)
+        x = self._core_features(self.encoder(norm_obs), rnn_states, dones, recurrence)
+        return self.value_head(x).reshape(N, T)
 
     @torch.no_grad()
     def value_of(self, obs: Tensor, rnn_states: Tensor) -> Tensor:
@@ -140,5 +211,9 @@ class ActorCritic(nn.Module):
         return self.act(obs, rnn_states, deterministic=True).values
 
 
-def make_model(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-    return ActorCritic(cfg, obs_space, action_space)
+def make_model(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space, kind: str = "actor_critic") -> nn.Module:
+    """Build the model registered as `kind` (see `register_model`) for these spaces; ValueError for an unknown
+    kind."""
+    if kind not in MODELS:
+        raise ValueError(f"unknown model kind {kind!r}; registered: {', '.join(sorted(MODELS))}")
+    return MODELS[kind](cfg, obs_space, action_space)

@@ -14,8 +14,8 @@ Rules (after Sample Factory's PBT):
   hyperparameters.
 - Mutation: each hyperparameter independently with probability `pbt_mutation_rate` is multiplied or divided
   (probability 1/2 each) by a factor drawn uniformly from [pbt_perturb_min, pbt_perturb_max]; discounts
-  (gamma, gae_lambda) are perturbed on 1 - value. Results are clamped to the HPARAMS range. A "scale" value of
-  exactly 0 (a disabled or deliberately crippled term) stays 0.
+  (gamma, gae_lambda) are perturbed on 1 - value. Results are clamped to the range the run's algorithm declares
+  (appo/algorithms). A "scale" value of exactly 0 (a disabled or deliberately crippled term) stays 0.
 """
 
 from __future__ import annotations
@@ -26,27 +26,26 @@ import random
 import time
 from typing import Any, NamedTuple
 
-HPARAMS: dict[str, tuple[float, float, str]] = {
-    "learning_rate": (1e-6, 1e-2, "scale"),
-    "exploration_loss_coeff": (1e-5, 0.1, "scale"),
-    "ppo_clip_ratio": (0.02, 0.5, "scale"),
-    "ppo_clip_value": (0.05, 10.0, "scale"),
-    "value_loss_coeff": (0.05, 5.0, "scale"),
-    "max_grad_norm": (0.1, 20.0, "scale"),
-    "gamma": (0.9, 0.9999, "discount"),
-    "gae_lambda": (0.8, 0.999, "discount"),
-}
+Ranges = dict[str, tuple[float, float, str]]  # hyperparameter -> (lowest, highest, "scale" | "discount")
+
+
+def hparam_ranges(cfg: Any) -> Ranges:
+    """What PBT may perturb: the ranges the run's algorithm declares (appo/algorithms)."""
+    from appo.algorithms import algorithm_spec
+
+    return algorithm_spec(cfg.algo).pbt_ranges
+
 
 RNG_SEED_OFFSET = 7919
 
 
 def initial_hparams(cfg: Any) -> dict[str, float]:
     """The cfg's values of the mutable hyperparameters."""
-    return {key: float(getattr(cfg, key)) for key in HPARAMS}
+    return {key: float(getattr(cfg, key)) for key in hparam_ranges(cfg)}
 
 
-def _perturb(key: str, value: float, factor: float, up: bool) -> float:
-    lowest, highest, kind = HPARAMS[key]
+def _perturb(key: str, value: float, factor: float, up: bool, ranges: Ranges) -> float:
+    lowest, highest, kind = ranges[key]
     if kind == "scale":
         if value == 0.0:
             return 0.0
@@ -57,15 +56,15 @@ def _perturb(key: str, value: float, factor: float, up: bool) -> float:
 
 
 def mutate(
-    hparams: dict[str, float], rng: random.Random, rate: float, perturb_min: float, perturb_max: float
+    hparams: dict[str, float], rng: random.Random, rate: float, perturb_min: float, perturb_max: float, ranges: Ranges
 ) -> dict[str, float]:
-    """A new dict: each HPARAMS key perturbed with probability `rate`; other keys are copied unchanged."""
+    """A new dict: each key of `ranges` perturbed with probability `rate`; other keys are copied unchanged."""
     new = dict(hparams)
     for key, value in hparams.items():
-        if key not in HPARAMS or rng.random() >= rate:
+        if key not in ranges or rng.random() >= rate:
             continue
         factor = rng.uniform(perturb_min, perturb_max)
-        new[key] = _perturb(key, value, factor, up=rng.random() < 0.5)
+        new[key] = _perturb(key, value, factor, rng.random() < 0.5, ranges)
     return new
 
 
@@ -120,7 +119,8 @@ class Population:
 
     def _mutate(self, hparams: dict[str, float]) -> dict[str, float]:
         cfg = self.cfg
-        return mutate(hparams, self.rng, cfg.pbt_mutation_rate, cfg.pbt_perturb_min, cfg.pbt_perturb_max)
+        rate, low, high = cfg.pbt_mutation_rate, cfg.pbt_perturb_min, cfg.pbt_perturb_max
+        return mutate(hparams, self.rng, rate, low, high, hparam_ranges(cfg))
 
     def set_hparams(self, policy: int, hparams: dict[str, float]) -> None:
         self.hparams[policy] = dict(hparams)
@@ -161,3 +161,52 @@ class Population:
         """Policy with the highest objective (ties: lowest id); None when nobody has one."""
         ranked = _ranked(objectives)
         return ranked[0] if ranked else None
+
+
+def verify_pbt(cfg: Any) -> list[str]:
+    errors = []
+    if cfg.with_pbt and cfg.num_policies < 2:
+        errors.append(f"--with_pbt: needs --num_policies >= 2 (got {cfg.num_policies})")
+    if not 0.0 < cfg.pbt_replace_fraction <= 0.5:
+        errors.append(f"--pbt_replace_fraction={cfg.pbt_replace_fraction}: must be in (0, 0.5]")
+    if not 0.0 <= cfg.pbt_mutation_rate <= 1.0:
+        errors.append(f"--pbt_mutation_rate={cfg.pbt_mutation_rate}: must be in [0, 1]")
+    if not 1.0 <= cfg.pbt_perturb_min <= cfg.pbt_perturb_max:
+        errors.append(
+            f"--pbt_perturb_min={cfg.pbt_perturb_min}, --pbt_perturb_max={cfg.pbt_perturb_max}: need 1 <= min <= max"
+        )
+    if cfg.pbt_period_env_steps <= 0 or cfg.pbt_start_mutation < 0:
+        errors.append("--pbt_period_env_steps must be > 0 and --pbt_start_mutation >= 0")
+    if cfg.pbt_target_objective not in ("train_return", "eval_return"):
+        errors.append(f"--pbt_target_objective={cfg.pbt_target_objective}: must be train_return or eval_return")
+    elif cfg.pbt_target_objective == "eval_return" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
+        errors.append("--pbt_target_objective=eval_return: needs --eval_interval > 0 (or --meta_test_interval)")
+    try:
+        policy_hparams(cfg)
+    except ValueError as exc:
+        errors.append(f"--policy_hparams={cfg.policy_hparams!r}: {exc}")
+    return errors
+
+
+def policy_hparams(cfg: Any) -> dict[int, dict[str, float]]:
+    """--policy_hparams parsed and checked: policy id -> {hyperparameter: value}; ValueError says what is wrong."""
+    if not cfg.policy_hparams:
+        return {}
+    try:
+        raw = json.loads(cfg.policy_hparams)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg})") from None
+    if not isinstance(raw, dict):
+        raise ValueError('must be an object like {"1": {"learning_rate": 0.001}}')
+    out: dict[int, dict[str, float]] = {}
+    for key, values in raw.items():
+        if not str(key).isdigit() or int(key) >= cfg.num_policies:
+            raise ValueError(f"policy {key!r} is not one of 0..{cfg.num_policies - 1}")
+        if not isinstance(values, dict) or not all(isinstance(v, int | float) for v in values.values()):
+            raise ValueError(f"policy {key}: must map hyperparameter names to numbers")
+        ranges = hparam_ranges(cfg)
+        unknown = sorted(set(values) - set(ranges))
+        if unknown:
+            raise ValueError(f"unknown hyperparameters {', '.join(unknown)}; valid: {', '.join(ranges)}")
+        out[int(key)] = {k: float(v) for k, v in values.items()}
+    return out

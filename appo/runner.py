@@ -249,7 +249,7 @@ def spawn_all(
     queues: Queues,
 ) -> Supervisor:
     """Start learners first (they publish weights), then policy workers, actor workers, the evaluator."""
-    from appo.learning.learner import run_learner
+    from appo.learning.learner_process import run_learner
     from appo.sampling.actor_worker import run_actor_worker
     from appo.sampling.policy_worker import actors_act, run_policy_worker
 

@@ -16,9 +16,8 @@ from typing import NamedTuple
 
 import torch
 
+from appo.buffers import group_number
 from appo.messages import SlotsReleased, TrajectoryReady
-
-BATCH_KEYS = ("obs", "actions", "log_probs", "values", "rewards", "dones", "truncated", "policy_versions", "rnn_states")
 
 
 class Batch(NamedTuple):
@@ -81,7 +80,8 @@ class Batcher:
         keep = lag.max(dim=1).values <= max_policy_lag
         if not bool(keep.all()):
             index, lag = index[keep], lag[keep]
-        tensors = {k: self.buf[k][index].to(self.device, non_blocking=True) for k in BATCH_KEYS}
+        # Every field of the spec table (appo/buffers.py), the algorithm's own included.
+        tensors = {k: v[index].to(self.device, non_blocking=True) for k, v in self.buf.items()}
         dropped = int((~keep).sum())
         return Batch(tensors, self.needed * T, dropped, lag.flatten(), releases)
 
@@ -91,5 +91,5 @@ class Batcher:
         if self.at_learner is None:
             return
         for r in releases:
-            group = (r.worker_idx * self.num_splits + r.split_idx) * self.groups_per_split + r.group_idx
+            group = group_number(r.worker_idx, r.split_idx, r.group_idx, self.num_splits, self.groups_per_split)
             self.at_learner[group, r.policy_id] = 0

@@ -24,8 +24,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from appo.buffers import first_slot
+from appo.buffers import first_slot, group_index
 from appo.cfg import Cfg, Derived
+from appo.control import FREE, POLICY, WEIGHTS, PolicyDraw
 from appo.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from utils.logging import log
 
@@ -51,8 +52,18 @@ class EnvRunner:
         self.env_fn = env_fn
         self.num_envs = derived.envs_per_split
         self.num_policies = cfg.num_policies
+        self.first_env = (worker_idx * cfg.worker_num_splits + split_idx) * self.num_envs  # global index of env 0
         self.env_policy = np.zeros(self.num_envs, dtype=np.int64)  # the policy each env runs in this rollout
         self.next_policy = np.zeros(self.num_envs, dtype=np.int64)  # ... and in the next one
+        self.env_weights = np.zeros(self.num_envs, dtype=np.int64)  # the weight set acting for each env
+        self.next_weights = np.zeros(self.num_envs, dtype=np.int64)
+        self.policy_draw = PolicyDraw(cfg.num_policies)
+        # The control channel (appo/control.py): overrides of policy, task and weights per env, or None.
+        self.assignments = control["assignments"] if control is not None and "assignments" in control else None
+        self.episode_count = np.zeros(self.num_envs, dtype=np.int64)
+        # Per-step fields the algorithm asked for (appo/buffers.py actor_fields) that this runner fills.
+        self.extra_fields = [name for name in ("task_ids", "episode_ids", "weight_sets") if name in buffers]
+        self.env_task = np.full(self.num_envs, -1, dtype=np.int64)  # index in the train tasks; -1: no tasks
         self.policy_envs: dict[int, tuple[int, ...] | None] = {0: None}  # policy -> its envs (None: all)
         # Who is asked for actions: each policy for its envs, or (shared policy workers) one request for all.
         self.shared_inference = cfg.shared_policy_workers and cfg.num_policies > 1
@@ -81,9 +92,7 @@ class EnvRunner:
         self.env_errors = np.zeros(self.num_envs, dtype=np.int64)  # consecutive failures per env
 
     def _group_key(self, group_idx: int) -> int:
-        return (self.worker_idx * self.cfg.worker_num_splits + self.split_idx) * self.derived.slot_groups_per_split + (
-            group_idx
-        )
+        return group_index(self.cfg, self.derived, self.worker_idx, self.split_idx, group_idx)
 
     def _learners_holding(self, group_idx: int) -> set[int]:
         if self.at_learner is None:
@@ -93,12 +102,12 @@ class EnvRunner:
     # --- start --------------------------------------------------------------------------------------
     def init(self, seed: int) -> list[Any]:
         """Create and reset the envs; returns the first InferenceRequest."""
-        first_env = (self.worker_idx * self.cfg.worker_num_splits + self.split_idx) * self.num_envs
-        self.envs = [self.env_fn(first_env + i) for i in range(self.num_envs)]
+        self.envs = [self.env_fn(self.first_env + i) for i in range(self.num_envs)]
         self.rng = np.random.default_rng(seed)
-        if self.num_policies > 1:
-            self.env_policy = self.rng.integers(self.num_policies, size=self.num_envs)
-            self.next_policy = self.env_policy.copy()
+        self.env_policy = self.policy_draw.initial(self.rng, self.num_envs)
+        for i in range(self.num_envs):
+            self.env_policy[i], self.env_weights[i] = self._assigned(i, int(self.env_policy[i]))
+        self.next_policy, self.next_weights = self.env_policy.copy(), self.env_weights.copy()
         space = self.envs[0].action_space
         self.is_box = isinstance(space, gym.spaces.Box)
         if self.is_box:
@@ -135,8 +144,8 @@ class EnvRunner:
         self.t = 0
         self.policy_envs = envs_by_policy(self.env_policy)
         if self.slot_policy is not None:
-            self.slot_policy[slots] = self.env_policy
-        self.request_groups = {0: None} if self.shared_inference else self.policy_envs
+            self.slot_policy[slots] = self.env_weights  # whose weights act for each slot (shared policy workers)
+        self.request_groups = {0: None} if self.shared_inference else envs_by_policy(self.env_weights)
         return self._requests()
 
     def _requests(self, policies: Any = None) -> list[InferenceRequest]:
@@ -218,6 +227,8 @@ class EnvRunner:
             ok[failed] = False
             self.env_errors[~ok] += 1
             self.env_errors[ok] = 0
+        for name in self.extra_fields:
+            buf[name][slots, t] = self._field(name)
         self._record_episodes(rewards, dones, trials, failed)
         buf["rewards"][slots, t] = self._shape_rewards(rewards)
         buf["dones"][slots, t] = dones
@@ -252,8 +263,7 @@ class EnvRunner:
             self.envs[i].close()
         except Exception:  # the broken env may not even close; it is replaced anyway
             pass
-        first_env = (self.worker_idx * self.cfg.worker_num_splits + self.split_idx) * self.num_envs
-        self.envs[i] = self.env_fn(first_env + i)
+        self.envs[i] = self.env_fn(self.first_env + i)
         obs, _ = self.envs[i].reset()
         return obs
 
@@ -262,7 +272,7 @@ class EnvRunner:
         T = self.cfg.rollout
         self.next_obs = self.buf["obs"][slots, T].copy()
         self.next_rnn = self.buf["rnn_states"][slots, T].copy()
-        for i in np.flatnonzero(self.next_policy != self.env_policy):
+        for i in np.flatnonzero((self.next_policy != self.env_policy) | (self.next_weights != self.env_weights)):
             self._cut_episode(int(i))
         ready = []
         for p, envs in self.policy_envs.items():
@@ -271,7 +281,7 @@ class EnvRunner:
             num = self.num_envs if envs is None else len(envs)
             ready.append(TrajectoryReady(p, self.worker_idx, self.split_idx, self.group, self.first, num, envs))
         self.holders[self.group] = set(self.policy_envs)
-        self.env_policy = self.next_policy.copy()
+        self.env_policy, self.env_weights = self.next_policy.copy(), self.next_weights.copy()
         return [*ready, *self._start_rollout()]
 
     def _cut_episode(self, i: int) -> None:
@@ -290,6 +300,7 @@ class EnvRunner:
         self.next_rnn[i] = 0.0
         self.ep_returns[i] = 0.0
         self.ep_lengths[i] = 0
+        self.episode_count[i] += 1
 
     def on_slots_released(self, group_idx: int, policy_id: int = 0) -> list[Any]:
         holders = self.holders.get(group_idx)
@@ -322,10 +333,28 @@ class EnvRunner:
                 if int(i) not in failed:  # an episode cut by an env error is not a result
                     result = (float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i)))
                     self.finished.append((*result, int(self.env_policy[i])))
-                if self.num_policies > 1:
-                    self.next_policy[i] = self.rng.integers(self.num_policies)
+                self.next_policy[i], self.next_weights[i] = self._assigned(i, self.policy_draw.next(self.rng))
+            self.episode_count[dones > 0] += 1
             self.ep_returns[dones > 0] = 0.0
             self.ep_lengths[dones > 0] = 0
+
+    def _assigned(self, i: int, drawn_policy: int) -> tuple[int, int]:
+        """Policy and weight set of env `i`'s next episode: the control channel's, where it sets them, else the
+        drawn policy acting with its own weights."""
+        policy, weights = drawn_policy, FREE
+        if self.assignments is not None:
+            row = self.assignments[self.first_env + i]
+            policy = int(row[POLICY]) if row[POLICY] != FREE else drawn_policy
+            weights = int(row[WEIGHTS])
+        return policy, weights if weights != FREE else policy
+
+    def _field(self, name: str) -> np.ndarray:
+        """This step's value of an algorithm's per-step field for every env of the split."""
+        if name == "task_ids":
+            return self.env_task
+        if name == "weight_sets":
+            return self.env_weights
+        return ((self.first_env + np.arange(self.num_envs, dtype=np.int64)) << 32) | self.episode_count
 
     def pop_finished(self) -> list[tuple[float, int, dict | None, int]]:
         finished, self.finished = self.finished, []

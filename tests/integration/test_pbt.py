@@ -10,7 +10,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from appo.checkpoint import load_latest
-from appo.pbt import HPARAMS
+from appo.algorithms.ppo_flags import PPO_PBT_RANGES as HPARAMS
 from tests.conftest import run_script
 
 PERIOD = 20_000

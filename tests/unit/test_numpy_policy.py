@@ -1,5 +1,6 @@
 """The numpy forward pass of CPU policy workers is the torch model's `act`, not an approximation: same values,
-log-probs that the torch distribution agrees with, and samples from the same distribution."""
+log-probs that the torch distribution agrees with, and samples from the same distribution; and it refuses every
+model it does not compute (recurrent cores, other classes) instead of running it as the MLP."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from appo.cfg import Cfg
-from appo.model import make_model
+from appo.model import MODELS, ActorCritic, ActOutput, make_model, register_model
 from appo.sampling.numpy_policy import NumpyPolicy, NumpyPolicyStack
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
@@ -74,7 +75,74 @@ def test_weights_are_reread_after_a_pull():
 def test_recurrent_models_and_gpus_keep_torch():
     rnn = make_model(Cfg(use_rnn=True), OBS, gym.spaces.Discrete(2))
     assert not NumpyPolicy.supports(rnn, "cpu")
-    assert not NumpyPolicy.supports(make_model(Cfg(), OBS, gym.spaces.Discrete(2)), "cuda")
+    with pytest.raises(ValueError, match="recurrent core"):
+        NumpyPolicy(rnn, seed=0)
+    plain = make_model(Cfg(), OBS, gym.spaces.Discrete(2))
+    assert NumpyPolicy.supports(plain, "cpu") and NumpyPolicy.supports(plain, torch.device("cpu"))
+    assert not NumpyPolicy.supports(plain, "cuda") and not NumpyPolicy.supports(plain, "cuda:0")
+    assert NumpyPolicy.supports(make_model(Cfg(separate_value_trunk=True), OBS, gym.spaces.Discrete(2)), "cpu")
+
+
+class ShiftedValues(ActorCritic):
+    """An ActorCritic in every attribute the numpy pass reads, whose `act` computes something else."""
+
+    def act(self, obs: torch.Tensor, rnn_states: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        out = super().act(obs, rnn_states, deterministic)
+        return out._replace(values=out.values + 1.0)
+
+
+def test_other_registered_models_keep_torch():
+    """Only exactly ActorCritic runs in numpy: a subclass (another registered kind) could compute anything."""
+    try:
+        register_model("test_shifted_values")(ShiftedValues)
+        model = make_model(Cfg(), OBS, gym.spaces.Discrete(2), kind="test_shifted_values")
+        assert isinstance(model, ActorCritic) and model.core is None
+        assert not NumpyPolicy.supports(model, "cpu")
+        with pytest.raises(ValueError, match="ShiftedValues is not ActorCritic"):
+            NumpyPolicy(model, seed=0)
+        # Nor can a supported member's weights be swapped for an unsupported model's on a pull.
+        fast = NumpyPolicy(make_model(Cfg(), OBS, gym.spaces.Discrete(2)), seed=0)
+        with pytest.raises(ValueError, match="not ActorCritic"):
+            fast.load(model)
+    finally:
+        MODELS.pop("test_shifted_values", None)
+
+
+def test_a_stack_refuses_members_of_other_architectures():
+    space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    base = NumpyPolicy(random_model(Cfg(), space), seed=0)
+    for other in [Cfg(nonlinearity="relu"), Cfg(encoder_mlp_layers=[64, 32]), Cfg(separate_value_trunk=True)]:
+        with pytest.raises(ValueError, match="member 1 has another architecture"):
+            NumpyPolicyStack([base, NumpyPolicy(random_model(other, space), seed=1)], seed=0)
+    discrete = NumpyPolicy(random_model(Cfg(), gym.spaces.Discrete(3)), seed=1)
+    with pytest.raises(ValueError, match="another architecture"):
+        NumpyPolicyStack([base, discrete], seed=0)
+    with pytest.raises(ValueError, match="one or more"):
+        NumpyPolicyStack([], seed=0)
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_separate_value_trunk_matches_torch(discrete):
+    """Values from the value trunk (and log-probs from the policy's encoder), alone and in a stack."""
+    space = gym.spaces.Discrete(4) if discrete else gym.spaces.Box(-1, 1, (3,), np.float32)
+    cfg = Cfg(separate_value_trunk=True, nonlinearity="elu")
+    models = [random_model(cfg, space, seed=s) for s in range(3)]
+    rng = np.random.default_rng(8)
+    obs = (rng.standard_normal((29, 5)) * 6).astype(np.float32)  # some beyond the clip
+    owner = rng.integers(0, 3, 29)
+    single = NumpyPolicy(models[0], seed=0).act(obs)
+    stacked = NumpyPolicyStack([NumpyPolicy(m, seed=s) for s, m in enumerate(models)], seed=7).act(obs, owner)
+    for k, model in enumerate(models):
+        # The single policy's pass is member 0's, over every env.
+        cases = [(stacked, owner == k)] + ([(single, np.ones(len(obs), bool))] if k == 0 else [])
+        for (actions, log_probs, values), mine in cases:
+            with torch.no_grad():
+                out = model.act(torch.from_numpy(obs[mine]), torch.zeros(int(mine.sum()), 1))
+                dist = model.distribution(model.encoder(model.normalize_obs(torch.from_numpy(obs[mine]))))
+                taken = torch.from_numpy(actions[mine])
+                expected = dist.log_prob(taken.squeeze(-1) if discrete else taken)
+            np.testing.assert_allclose(values[mine], out.values.numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(log_probs[mine], expected.numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("discrete", [False, True])

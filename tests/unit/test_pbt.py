@@ -10,7 +10,8 @@ import types
 
 import pytest
 
-from appo.pbt import HPARAMS, Event, Population, initial_hparams, mutate
+from appo.algorithms.ppo_flags import PPO_PBT_RANGES as HPARAMS
+from appo.pbt import Event, Population, initial_hparams, mutate
 
 MID = {  # well inside every range, so that no perturbation by a factor <= 1.5 is clamped
     "learning_rate": 1e-4,
@@ -27,6 +28,7 @@ MID = {  # well inside every range, so that no perturbation by a factor <= 1.5 i
 def make_cfg(**overrides):
     values = dict(
         MID,
+        algo="appo",
         num_policies=4,
         seed=0,
         pbt_period_env_steps=1000,
@@ -55,7 +57,7 @@ def test_hparams_keys_and_initial_values():
 def test_mutate_rate_one_changes_every_value_by_a_bounded_factor():
     rng = random.Random(1)
     for _ in range(200):
-        new = mutate(MID, rng, 1.0, 1.05, 1.5)
+        new = mutate(MID, rng, 1.0, 1.05, 1.5, HPARAMS)
         for key, old in MID.items():
             assert new[key] != old
             ratio = _ratio(key, old, new[key])
@@ -64,10 +66,10 @@ def test_mutate_rate_one_changes_every_value_by_a_bounded_factor():
 
 def test_mutate_moves_both_ways_and_returns_a_new_dict():
     rng = random.Random(2)
-    ratios = [_ratio("gamma", 0.99, mutate(MID, rng, 1.0, 1.05, 1.5)["gamma"]) for _ in range(100)]
+    ratios = [_ratio("gamma", 0.99, mutate(MID, rng, 1.0, 1.05, 1.5, HPARAMS)["gamma"]) for _ in range(100)]
     assert any(r > 1 for r in ratios) and any(r < 1 for r in ratios)
     original = dict(MID)
-    assert mutate(original, rng, 1.0, 1.05, 1.5) is not original
+    assert mutate(original, rng, 1.0, 1.05, 1.5, HPARAMS) is not original
     assert original == MID
 
 
@@ -75,23 +77,23 @@ def test_repeated_mutation_stays_in_range_and_gamma_below_one():
     rng = random.Random(3)
     hparams = dict(MID)
     for _ in range(1000):
-        hparams = mutate(hparams, rng, 1.0, 1.05, 1.5)
+        hparams = mutate(hparams, rng, 1.0, 1.05, 1.5, HPARAMS)
         for key, (lo, hi, _) in HPARAMS.items():
             assert lo <= hparams[key] <= hi, (key, hparams[key])
         assert hparams["gamma"] < 1.0
     assert hparams["gamma"] <= HPARAMS["gamma"][1]
-    assert mutate({"gamma": 0.99999}, rng, 1.0, 1.05, 1.5)["gamma"] <= HPARAMS["gamma"][1]
-    assert mutate({"learning_rate": 1.0}, rng, 1.0, 1.05, 1.5)["learning_rate"] == HPARAMS["learning_rate"][1]
+    assert mutate({"gamma": 0.99999}, rng, 1.0, 1.05, 1.5, HPARAMS)["gamma"] <= HPARAMS["gamma"][1]
+    assert mutate({"learning_rate": 1.0}, rng, 1.0, 1.05, 1.5, HPARAMS)["learning_rate"] == HPARAMS["learning_rate"][1]
 
 
 def test_mutate_rate_zero_changes_nothing():
-    assert mutate(MID, random.Random(4), 0.0, 1.05, 1.5) == MID
+    assert mutate(MID, random.Random(4), 0.0, 1.05, 1.5, HPARAMS) == MID
 
 
 def test_zero_learning_rate_stays_zero_and_unknown_keys_pass_through():
     rng = random.Random(5)
     for _ in range(50):
-        new = mutate({"learning_rate": 0.0, "my_flag": 7.5, "gamma": 0.99}, rng, 1.0, 1.05, 1.5)
+        new = mutate({"learning_rate": 0.0, "my_flag": 7.5, "gamma": 0.99}, rng, 1.0, 1.05, 1.5, HPARAMS)
         assert new["learning_rate"] == 0.0
         assert new["my_flag"] == 7.5
         assert new["gamma"] != 0.99
@@ -99,7 +101,7 @@ def test_zero_learning_rate_stays_zero_and_unknown_keys_pass_through():
 
 def test_mutation_rate_statistic():
     rng = random.Random(6)
-    changed = sum(mutate(MID, rng, 0.15, 1.05, 1.5)["learning_rate"] != MID["learning_rate"] for _ in range(2000))
+    changed = sum(mutate(MID, rng, 0.15, 1.05, 1.5, HPARAMS)["learning_rate"] != MID["learning_rate"] for _ in range(2000))
     assert 0.12 <= changed / 2000 <= 0.18
 
 

@@ -33,9 +33,9 @@ def take_a_step(learner: Learner, seed: int) -> None:
     """Different weights and a non-empty optimizer state."""
     torch.manual_seed(seed)
     loss = sum((p * torch.randn_like(p)).sum() for p in learner.model.parameters())
-    learner.optimizer.zero_grad()
+    learner.algorithm.optimizer.zero_grad()
     loss.backward()
-    learner.optimizer.step()
+    learner.algorithm.optimizer.step()
 
 
 def test_replaced_policy_receives_the_exact_weights_optimizer_and_new_hparams(tmp_path):
@@ -56,7 +56,7 @@ def test_replaced_policy_receives_the_exact_weights_optimizer_and_new_hparams(tm
 
     for (name, a), (_, b) in zip(source.model.state_dict().items(), target.model.state_dict().items(), strict=True):
         assert torch.equal(a, b), f"{name} differs after the copy"
-    src_opt, dst_opt = source.optimizer.state_dict()["state"], target.optimizer.state_dict()["state"]
+    src_opt, dst_opt = source.algorithm.optimizer.state_dict()["state"], target.algorithm.optimizer.state_dict()["state"]
     assert src_opt.keys() == dst_opt.keys() and src_opt
     for key in src_opt:
         for field in ("exp_avg", "exp_avg_sq"):
@@ -77,8 +77,8 @@ def test_mutated_hparams_apply_and_survive_a_resume(tmp_path):
     assert learner.cfg.learning_rate == 0.0 and learner.hparams_report().hparams["learning_rate"] == 0.0
     learner.handle(SetHyperparams(1, dict(learner.hparams, learning_rate=0.003, exploration_loss_coeff=0.02)))
     learner.apply_pbt()
-    assert learner._set_learning_rate() == pytest.approx(0.003)
-    assert learner.cfg.exploration_loss_coeff == 0.02
+    assert learner.algorithm._set_learning_rate(0) == pytest.approx(0.003)
+    assert learner.cfg.exploration_loss_coeff == 0.02 and learner.algorithm.cfg.exploration_loss_coeff == 0.02
     learner.save()
     resumed = make_learner(cfg, 1, tmp_path)  # its --policy_hparams say 0; the checkpoint wins
     assert resumed.hparams["learning_rate"] == 0.003 and resumed.cfg.exploration_loss_coeff == 0.02

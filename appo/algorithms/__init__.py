@@ -1,0 +1,68 @@
+"""The registry of training algorithms, keyed by `--algo`. Torch-free, so parsing flags stays cheap: each entry
+names its class as "module:Class", imported only where the algorithm runs (appo/learning/learner.py).
+
+An algorithm is data plus math (appo/algorithms/base.py): the model it builds, the trajectory fields it adds,
+how it consumes data, `update(batch) -> stats`, its checkpoint state, its PBT ranges and its flag group. It
+never starts a process or opens a queue. docs/algorithms.md shows how to add one, with PPO as the example.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from appo.algorithms.ppo_flags import PPO_PBT_RANGES, PpoCfg, verify_ppo
+
+
+class AlgorithmSpec(NamedTuple):
+    name: str  # the value of --algo
+    target: str  # "module:Class" of its appo.algorithms.base.Algorithm subclass
+    flags: type  # its flag group: a dataclass of flag() fields, merged into the flat Cfg
+    pbt_ranges: dict[str, tuple[float, float, str]]  # hyperparameter -> (lowest, highest, "scale" | "discount")
+    verify: Callable[[Any], list[str]]  # its flags' errors, one line each
+    summary: str
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {}
+
+
+def register(spec: AlgorithmSpec) -> None:
+    if spec.name in ALGORITHMS:
+        raise ValueError(f"algorithm {spec.name!r} is registered twice")
+    ALGORITHMS[spec.name] = spec
+
+
+register(
+    AlgorithmSpec(
+        "appo",
+        "appo.algorithms.ppo:PPO",
+        PpoCfg,
+        PPO_PBT_RANGES,
+        verify_ppo,
+        "asynchronous PPO: clipped surrogate, V-trace or GAE targets, Adam",
+    )
+)
+
+
+def algorithm_spec(name: str) -> AlgorithmSpec:
+    """The registered algorithm `name`; ValueError with a one-line message naming the valid ones."""
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(f"--algo={name}: must be one of {', '.join(sorted(ALGORITHMS))}") from None
+
+
+def algorithm_class(name: str) -> type:
+    """Import and return the Algorithm subclass of `name` (this imports torch)."""
+    module, _, cls = algorithm_spec(name).target.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def flag_groups() -> list[type]:
+    """Every registered algorithm's flag group, once each."""
+    seen: list[type] = []
+    for spec in ALGORITHMS.values():
+        if spec.flags not in seen:
+            seen.append(spec.flags)
+    return seen

@@ -1,0 +1,100 @@
+"""The interface every training algorithm implements. An algorithm is data plus math: it never starts a
+process, opens a queue or writes a file. The learner core (appo/learning/learner.py) owns everything around
+it: the version counter, weight publishing, checkpoints, the NaN guard, PBT operations and stats.
+
+What an algorithm declares, and who reads it:
+- `model_kind`: the model it asks appo.model.make_model for (the learner core builds it; actors act with it).
+- `trajectory_fields(cfg, obs_space, action_space)`: per-step fields it needs in the shared trajectory
+  tensors beyond the engine's own (appo/buffers.py merges them into the one spec table; the batch carries
+  every field of that table).
+- `consumes`: how it takes data. "fresh": whole on-policy trajectories in arrival order, those older than
+  --max_policy_lag versions dropped (appo/learning/batcher.py). Other ways (task-grouped batches, replay
+  samples) are added with the algorithms that need them.
+- `update(batch, env_steps) -> stats`: one training iteration on one batch.
+- `state_dict()` / `load_state_dict()`: what it needs in a checkpoint besides the model (optimizer state...).
+- its flags and PBT ranges: in its registry entry (appo/algorithms/__init__.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import torch
+from torch import Tensor, nn
+
+from appo.cfg import Cfg, Derived
+from utils.logging import log
+
+MAX_NONFINITE_IN_A_ROW = 10  # updates with NaN/inf loss or gradients in a row before the run stops
+
+
+class NonFiniteGuard:
+    """The one place a gradient step happens: backward, clip, and skip (and count) any step whose loss or
+    gradient norm is NaN or inf; too many in a row end the run, leaving the last checkpoint (saved from
+    finite weights) as it is."""
+
+    def __init__(self, policy_id: int, max_in_a_row: int = MAX_NONFINITE_IN_A_ROW) -> None:
+        self.policy_id, self.max_in_a_row = policy_id, max_in_a_row
+        self.skipped = 0
+        self.in_a_row = 0
+
+    def step(
+        self, loss: Tensor, params: list[nn.Parameter], optimizer: torch.optim.Optimizer, max_norm: float
+    ) -> float:
+        """One optimizer step on `loss`; returns the gradient norm, or NaN when the step was skipped."""
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+            self._skip(loss, grad_norm)
+            optimizer.zero_grad(set_to_none=True)
+            return float("nan")
+        self.in_a_row = 0
+        optimizer.step()
+        return float(grad_norm)
+
+    def _skip(self, loss: Tensor, grad_norm: Tensor) -> None:
+        self.skipped += 1
+        self.in_a_row += 1
+        log.warning(
+            "learner %d: skipped an update with loss %s, gradient norm %s (%d in a row)",
+            self.policy_id,
+            float(loss),
+            float(grad_norm),
+            self.in_a_row,
+        )
+        if self.in_a_row >= self.max_in_a_row:
+            raise FloatingPointError(
+                f"learner {self.policy_id}: {self.in_a_row} updates in a row with NaN/inf loss or gradients; "
+                "stopping with the last good checkpoint (lower --learning_rate or check the env's rewards)"
+            )
+
+
+class Algorithm:
+    """Subclass this, register it in appo/algorithms/__init__.py, and `--algo=NAME` runs it."""
+
+    model_kind: ClassVar[str] = "actor_critic"
+    consumes: ClassVar[str] = "fresh"
+
+    def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
+        self.cfg, self.derived, self.model, self.device, self.guard = cfg, derived, model, device, guard
+
+    @classmethod
+    def trajectory_fields(cls, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
+        """Extra per-step tensors: name -> appo.buffers.TensorSpec (per-slot shape, dtype). None by default."""
+        return {}
+
+    def set_cfg(self, cfg: Cfg) -> None:
+        """The cfg with this policy's current hyperparameters (PBT changes them between iterations)."""
+        self.cfg = cfg
+
+    def update(self, batch: dict[str, Tensor], env_steps: int) -> dict[str, float]:
+        """One iteration on `batch` (each tensor [N, T(+1), ...] on the learner's device); returns mean stats."""
+        raise NotImplementedError(f"{type(self).__name__} must implement update()")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,83 @@
+"""The control channel: the one way upstream decisions reach actor workers. For every env of the run it says
+which policy trains on its experience, which task it runs and which weight set acts for it, from that env's
+next episode (trial) on. Nothing chooses these inside an env wrapper.
+
+    table [num_envs_total, 3] int64 in shared memory, one row per env (global env index), columns
+        POLICY   the learner its experience goes to            (-1: the env's own assigner decides)
+        TASK     index into the run's train tasks              (-1: the env's task schedule decides)
+        WEIGHTS  the weight set (ParamStore) that acts for it  (-1: its policy's own weights)
+
+Writers: the driver or a learner, through `ControlChannel` (one writer per row at a time). Reader: the actor
+worker that owns the env, at each episode start of that env; an int64 store is atomic, so a reader sees a
+whole old or a whole new value of each cell.
+
+When a cell is -1, the actor worker's assigners decide, locally and without a message: `PolicyDraw` (a
+population's uniform draw of a policy per episode) and the env's task schedule (envs/schedules.py). MAML's
+"task k with adapted weights k" and a reward-conditioned policy's commands are written here by their
+algorithms.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+POLICY, TASK, WEIGHTS = 0, 1, 2
+COLUMNS = 3
+FREE = -1
+
+
+class Assignment(NamedTuple):
+    policy: int = FREE
+    task: int = FREE
+    weights: int = FREE
+
+
+def allocate_assignments(num_envs_total: int) -> torch.Tensor:
+    """The channel's shared table, every cell FREE."""
+    return torch.full((num_envs_total, COLUMNS), FREE, dtype=torch.int64).share_memory_()
+
+
+class ControlChannel:
+    """The writing end: checks every value against what the run has, then stores it."""
+
+    def __init__(self, table: torch.Tensor, num_policies: int, num_weight_sets: int, num_tasks: int) -> None:
+        self.table = table
+        self.limits = {POLICY: num_policies, TASK: num_tasks, WEIGHTS: num_weight_sets}
+
+    def assign(self, envs: int | list[int], assignment: Assignment) -> None:
+        """From their next episode on, `envs` (global env indices) run `assignment` (FREE cells: their own
+        assigners decide)."""
+        rows = [envs] if isinstance(envs, int) else list(envs)
+        for column, value in enumerate(assignment):
+            name = Assignment._fields[column]
+            if value != FREE and not 0 <= value < self.limits[column]:
+                raise ValueError(f"control channel: {name}={value} is not in 0..{self.limits[column] - 1}")
+        for env in rows:
+            if not 0 <= env < self.table.shape[0]:
+                raise ValueError(f"control channel: env {env} is not in 0..{self.table.shape[0] - 1}")
+        self.table[rows] = torch.tensor(list(assignment), dtype=torch.int64)
+
+    def release(self, envs: int | list[int]) -> None:
+        """Hand `envs` back to their own assigners."""
+        self.assign(envs, Assignment())
+
+    def read(self, env: int) -> Assignment:
+        return Assignment(*(int(v) for v in self.table[env]))
+
+
+class PolicyDraw:
+    """A population's default assigner: each episode of each env trains a policy drawn uniformly at random."""
+
+    def __init__(self, num_policies: int) -> None:
+        self.num_policies = num_policies
+
+    def initial(self, rng: np.random.Generator, num_envs: int) -> np.ndarray:
+        if self.num_policies == 1:
+            return np.zeros(num_envs, dtype=np.int64)
+        return rng.integers(self.num_policies, size=num_envs)
+
+    def next(self, rng: np.random.Generator) -> int:
+        return int(rng.integers(self.num_policies)) if self.num_policies > 1 else 0
