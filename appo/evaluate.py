@@ -10,8 +10,9 @@ The video holds the reset frame of every episode plus one frame per step, so an 
 L + 1 frames.
 
 Task envs (runs with a --task_schedule): the env is built exactly as in training (envs.make_run_env), over
-the run's held-out test split; each engine episode is a trial of the run's `--episodes_per_trial`
-episodes on one task, the recurrent state carried across them, so a recurrent policy adapts within it."""
+the run's held-out test split; each engine episode is a trial of as many episodes on one task as training
+used (envs.trial_length: `--episodes_per_trial`, or 1 under per_episode), the recurrent state carried across
+them, so a recurrent policy adapts within it."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from appo.cfg import Cfg, _f, experiment_dir
-from envs import UnknownEnvError, make_run_env
+from envs import UnknownEnvError, make_run_env, trial_length
 from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, videos_dir
 
@@ -182,11 +183,11 @@ def choose_tasks(cfg: EnjoyCfg, env: gym.Env) -> None:
 
     test = env.schedule.tasks
     if cfg.task == "random":
-        env.schedule = TaskSchedule(test, cfg.episodes_per_trial, cfg.seed)
+        env.schedule = TaskSchedule(test, trial_length(cfg), cfg.seed)
         return
     if not cfg.task.isdigit() or int(cfg.task) >= len(test):
         raise EnjoyError(f"--task={cfg.task}: must be random or an index 0..{len(test) - 1} of the test split")
-    env.schedule = SequenceSchedule([test[int(cfg.task)]], cfg.episodes_per_trial)
+    env.schedule = SequenceSchedule([test[int(cfg.task)]], trial_length(cfg))
 
 
 # --- video --------------------------------------------------------------------------------------------------
@@ -239,7 +240,7 @@ def run_all(cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, on_frame: Callable[
     from appo.buffers import rnn_state_size
     from appo.evaluator import run_episode
 
-    per_trial = cfg.episodes_per_trial if is_meta(cfg) else 1
+    per_trial = trial_length(cfg)
     returns: list[float] = []
     for i in range(math.ceil(cfg.max_num_episodes / per_trial)):
         seed = cfg.seed if i == 0 else None  # later episodes continue the env's rng stream
@@ -297,7 +298,7 @@ def evaluate_policy(cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, video: Vide
         returns = run_all(cfg, env, model, on_frame)
     except gym.error.DependencyNotInstalled as exc:  # e.g. pygame, needed only once a frame is drawn
         raise EnjoyError(f"rendering --env={cfg.env}: {_first_line(exc)}") from exc
-    print_summary(returns, cfg.episodes_per_trial if is_meta(cfg) else 1)
+    print_summary(returns, trial_length(cfg))
 
 
 def _evaluate(cfg: EnjoyCfg) -> int:

@@ -60,6 +60,19 @@ def is_task_env(env: gym.Env) -> bool:
     return isinstance(getattr(env, "unwrapped", env), TaskFamily)
 
 
+def trial_length(cfg: Any) -> int:
+    """Episodes per trial in a run: what its training schedule uses (per_episode: 1, whatever
+    --episodes_per_trial says), or 1 without a task schedule. The meta-test and enjoy.py run trials of this
+    length too, so their returns compare with the training returns. `cfg` is an appo Cfg."""
+    if cfg.task_schedule == "none":
+        return 1
+    from envs.schedules import make_schedule
+
+    # Ask the schedule rather than repeat its rules here: which schedules override --episodes_per_trial is
+    # envs/schedules.py's business. The placeholder task list only satisfies the constructor.
+    return make_schedule(cfg.task_schedule, [{}], cfg.episodes_per_trial, 0, cfg.seed).episodes_per_trial
+
+
 def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: str | None = None) -> gym.Env:
     """The env exactly as a run sees it: `make_env` plus, for task schedules, the meta-task wrapper over
     the `split` ("train" or "test") tasks. Actor workers, the evaluator and enjoy.py all build it here, so
@@ -79,7 +92,9 @@ def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: 
         )
     train, test = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
     if split == "test":
-        schedule = make_schedule("sequence", test, cfg.episodes_per_trial, env_idx, cfg.seed)
+        # The training trial length, not --episodes_per_trial: under per_episode training sees 1-episode
+        # trials, and a 2-episode meta-test trial would double the return it reports.
+        schedule = make_schedule("sequence", test, trial_length(cfg), env_idx, cfg.seed)
     else:
         schedule = make_schedule(cfg.task_schedule, train, cfg.episodes_per_trial, env_idx, cfg.seed)
     return MetaTaskWrapper(env, schedule, cfg.task_visibility)

@@ -3,8 +3,10 @@ weights, and agreement with a separate enjoy.py run of the same checkpoint."""
 
 from __future__ import annotations
 
+import math
 import re
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -70,9 +72,30 @@ def test_meta_test_writes_adaptation_curve(train_dir):
         check=True,
     )
     summaries = train_dir / "nav" / "summaries" / "0"
-    for tag in ("meta_test/return_ep0", "meta_test/return_ep1", "meta_test/task_2", "episode/return_ep1"):
-        step, value = last(summaries, tag)
-        assert value < 0  # navigation2d pays negative distances
+    acc = EventAccumulator(str(summaries), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    # The navigation2d preset's trials are 2 episodes: an adaptation curve of exactly 2 points, training's
+    # per-episode returns the same length, and one trial return per held-out task (3), no more.
+    assert {t for t in tags if t.startswith("meta_test/return_ep")} == {"meta_test/return_ep0", "meta_test/return_ep1"}
+    assert {t for t in tags if t.startswith("episode/return_ep")} == {"episode/return_ep0", "episode/return_ep1"}
+    assert {t for t in tags if t.startswith("meta_test/task_")} == {f"meta_test/task_{i}" for i in range(3)}
+    final = {t: acc.Scalars(t)[-1] for t in tags if t.startswith("meta_test/")}
+    assert len({e.step for e in final.values()}) == 1, "every meta_test tag comes from the same last evaluation"
+    curve = [final[f"meta_test/return_ep{k}"].value for k in range(2)]
+    tasks = [final[f"meta_test/task_{i}"].value for i in range(3)]
+    # An episode is at most 100 steps, each at most max_distance from the goal (goal within 0.5 per axis, the
+    # point within 0.1 per step per axis of the origin): no real return is below that.
+    max_distance = math.hypot(0.5 + 100 * 0.1, 0.5 + 100 * 0.1)
+    for value in curve:
+        assert math.isfinite(value) and -100 * max_distance <= value <= 0, curve
+    for value in tasks:
+        assert math.isfinite(value) and -2 * 100 * max_distance <= value <= 0, tasks
+    # The curve is a per-episode split of the same trials the task returns total: they must add up.
+    mean_trial = final["meta_test/return_mean"].value
+    assert sum(curve) == pytest.approx(mean_trial, rel=1e-4, abs=1e-3)
+    assert sum(tasks) / 3 == pytest.approx(mean_trial, rel=1e-4, abs=1e-3)
+    assert 2 <= final["meta_test/length_mean"].value <= 200  # 2 episodes of 1..100 steps
     log_text = (train_dir / "nav" / "log.txt").read_text()
     assert re.search(
         r"meta-test p0 at \d+ steps \(v\d+\): ep0 -[\d.]+ ep1 -[\d.]+ \| trial return .* over 3 tasks", log_text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from appo.checkpoint import list_checkpoints
-from tests.conftest import ROOT, _kill_group, run_script
+from tests.conftest import ROOT, _kill_group, _live_children, run_script
 
 FAST = ["--env=CartPole-v1", "--rollout=16", "--batch_size=256", "--num_envs_per_worker=4", "--report_interval=1"]
 TAGS = [
@@ -136,12 +137,14 @@ def test_unknown_env_is_one_line_exit_2(train_dir):
 @pytest.mark.mujoco
 def test_sixteen_workers_oversubscribed(train_dir):
     """16 actor workers on 2 cores: slower, but correct, and a clean exit with everything written."""
+    # Unique per test run: the leftover check below looks for this name machine-wide, where others may train too.
+    experiment = f"w16_{os.getpid()}"
     run_script(
         "train_appo.py",
         [
             "--env=HalfCheetah-v5",
             f"--train_dir={train_dir}",
-            "--experiment=w16",
+            f"--experiment={experiment}",
             "--num_workers=16",
             "--train_for_seconds=60",
             "--report_interval=2",
@@ -149,7 +152,28 @@ def test_sixteen_workers_oversubscribed(train_dir):
         timeout=170,
         check=True,
     )
-    exp = train_dir / "w16"
-    assert list_checkpoints(exp / "checkpoint_p0")
+    exp = train_dir / experiment
+    log_text = (exp / "log.txt").read_text()
+    assert "stopping: ran 60 s" in log_text  # the time budget ended it, not a failure or a stall
+    # Every actor worker stepped its envs: each logs its time profile on exit (more than once if restarted).
+    env_step_seconds: dict[int, float] = {}
+    for worker, profile in re.findall(r"actor worker (\d+) profile: (.*)", log_text):
+        step = re.search(r"\benv_step=([\d.]+)s", profile)
+        env_step_seconds[int(worker)] = env_step_seconds.get(int(worker), 0.0) + (float(step[1]) if step else 0.0)
+    assert sorted(env_step_seconds) == list(range(16)), env_step_seconds
+    idle = [w for w, seconds in env_step_seconds.items() if seconds <= 0]
+    assert not idle, f"actor workers that never stepped an env: {idle}"
+    # At least one rollout of every env (16 workers x 16 envs x 64 steps, MuJoCo preset) was trained on.
+    state = torch.load(list_checkpoints(exp / "checkpoint_p0")[-1], weights_only=True)
+    assert state["env_steps"] >= 16 * 16 * 64 and state["version"] > 0, (state["env_steps"], state["version"])
     acc = scalars(exp / "summaries" / "0")
     assert acc.Scalars("perf/fps")[-1].value > 0
+    # No process of the run is left: not under this test runner, nor orphaned elsewhere under its title.
+    assert not _live_children()
+    titles = []
+    for proc in psutil.process_iter():
+        try:
+            titles.append(" ".join(proc.cmdline()))
+        except psutil.Error:
+            continue
+    assert not [t for t in titles if t.startswith(f"appo:{experiment}:")]

@@ -211,6 +211,25 @@ def test_navigation2d_terminates_at_the_goal() -> None:
     assert env.step(np.array([0.085, 0.0]))[2] is False
 
 
+@pytest.mark.parametrize(
+    ("dx", "dy", "terminated"),
+    [
+        (0.009, 0.009, True),  # Euclidean 0.0127 > 0.01, but within 0.01 on each axis: the MAML goal test
+        (-0.009, 0.009, True),
+        (0.011, 0.0, False),  # one axis outside 0.01 is enough to go on, however close the other one is
+        (0.0, -0.011, False),
+    ],
+)
+def test_navigation2d_goal_test_is_per_axis(dx: float, dy: float, terminated: bool) -> None:
+    goal = np.array([0.05, -0.03])
+    env = make_env("navigation2d", task={"goal_x": float(goal[0]), "goal_y": float(goal[1])})
+    env.reset(seed=0)
+    # One step from the origin lands exactly at goal + (dx, dy): every component is within the 0.1 clip.
+    _, reward, done, truncated, info = env.step(goal + np.array([dx, dy]))
+    assert done is terminated and not truncated
+    assert reward == pytest.approx(-np.hypot(dx, dy)) and info["distance"] == pytest.approx(np.hypot(dx, dy))
+
+
 def test_navigation2d_time_limits() -> None:
     env = make_env("navigation2d", max_episode_steps=5)
     env.reset(seed=0)

@@ -3,6 +3,8 @@ boundaries (the only place the engine sees an episode end, so the only place the
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ from appo.buffers import allocate_control, allocate_trajectories
 from appo.cfg import Cfg, derive
 from appo.messages import ActionsReady, TrajectoryReady
 from appo.sampling.env_runner import EnvRunner
-from envs import make_env, make_run_env
+from envs import make_env, make_run_env, trial_length
 from envs.schedules import CurriculumSchedule, difficulty, make_schedule
 from envs.tasks import task_split
 from envs.wrappers import MetaTaskWrapper
@@ -138,3 +140,44 @@ def test_rnn_state_resets_exactly_at_trial_boundaries():
     finished = runner.pop_finished()
     assert len(finished) == 4 and all(trial["task"] in train for _, _, trial, _ in finished)
     assert torch.is_tensor(bufs["obs"])
+
+
+def _trial_returns(env: MetaTaskWrapper) -> list[float]:
+    """Step one whole trial (an engine episode) with zero actions; the per-episode returns it reports."""
+    env.reset(seed=0)
+    for _ in range(1000):
+        _, _, terminated, truncated, info = env.step(np.zeros(2, np.float32))
+        if terminated or truncated:
+            return info["trial"]["returns"]
+    raise AssertionError("the trial never ended")
+
+
+@pytest.mark.parametrize(("schedule", "episodes"), [("per_episode", 1), ("per_trial", 3)])
+def test_meta_test_trials_are_as_long_as_training_trials(schedule: str, episodes: int) -> None:
+    """per_episode trains on 1-episode trials whatever --episodes_per_trial says: the held-out test split (the
+    evaluator's meta-test) and enjoy.py must run 1-episode trials too, or their returns are not comparable."""
+    from appo.evaluate import EnjoyCfg, choose_tasks
+
+    cfg = EnjoyCfg(
+        env="navigation2d",
+        task_schedule=schedule,
+        episodes_per_trial=3,
+        max_episode_steps=3,
+        num_train_tasks=4,
+        num_test_tasks=2,
+    )
+    assert trial_length(cfg) == episodes
+    for split in ("train", "test"):
+        env = make_run_env(cfg, split=split)
+        for _ in range(2):  # the first trial and a later one, on another task
+            assert len(_trial_returns(env)) == episodes, split
+    # enjoy.py replaces the test env's schedule (--task): still the training trial length, whichever task.
+    for task in ("random", "1"):
+        env = make_run_env(cfg, split="test")
+        choose_tasks(dataclasses.replace(cfg, task=task), env)
+        assert env.schedule.episodes_per_trial == episodes and len(_trial_returns(env)) == episodes
+
+
+def test_trial_length_without_a_task_schedule_is_one_episode() -> None:
+    assert trial_length(Cfg(env="CartPole-v1", task_schedule="none", episodes_per_trial=4)) == 1
+    assert trial_length(Cfg(env="navigation2d", task_schedule="fixed", episodes_per_trial=4)) == 4
