@@ -101,7 +101,9 @@ def test_zero_learning_rate_stays_zero_and_unknown_keys_pass_through():
 
 def test_mutation_rate_statistic():
     rng = random.Random(6)
-    changed = sum(mutate(MID, rng, 0.15, 1.05, 1.5, HPARAMS)["learning_rate"] != MID["learning_rate"] for _ in range(2000))
+    changed = sum(
+        mutate(MID, rng, 0.15, 1.05, 1.5, HPARAMS)["learning_rate"] != MID["learning_rate"] for _ in range(2000)
+    )
     assert 0.12 <= changed / 2000 <= 0.18
 
 

@@ -56,7 +56,10 @@ def test_replaced_policy_receives_the_exact_weights_optimizer_and_new_hparams(tm
 
     for (name, a), (_, b) in zip(source.model.state_dict().items(), target.model.state_dict().items(), strict=True):
         assert torch.equal(a, b), f"{name} differs after the copy"
-    src_opt, dst_opt = source.algorithm.optimizer.state_dict()["state"], target.algorithm.optimizer.state_dict()["state"]
+    src_opt, dst_opt = (
+        source.algorithm.optimizer.state_dict()["state"],
+        target.algorithm.optimizer.state_dict()["state"],
+    )
     assert src_opt.keys() == dst_opt.keys() and src_opt
     for key in src_opt:
         for field in ("exp_avg", "exp_avg_sq"):
