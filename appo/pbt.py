@@ -37,6 +37,7 @@ def hparam_ranges(cfg: Any) -> Ranges:
 
 
 RNG_SEED_OFFSET = 7919
+STATE_VERSION = 1  # of Population.state_dict(); a file of another version is not loaded
 
 
 def initial_hparams(cfg: Any) -> dict[str, float]:
@@ -91,6 +92,14 @@ def _ranked(objectives: list[float | None]) -> list[int]:
     """Policies with an objective, best first; ties go to the lower id."""
     taking_part = [p for p, obj in enumerate(objectives) if _has_objective(obj)]
     return sorted(taking_part, key=lambda p: (-objectives[p], p))  # type: ignore[operator]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _set_size(cfg: Any, participants: int) -> int:
@@ -161,6 +170,49 @@ class Population:
         """Policy with the highest objective (ties: lowest id); None when nobody has one."""
         ranked = _ranked(objectives)
         return ranked[0] if ranked else None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs to go on with the same schedule, JSON-safe: hyperparameters, the next
+        period boundaries and the rng's state (random.getstate()'s tuples as lists)."""
+        rng_version, internal, gauss_next = self.rng.getstate()
+        return {
+            "version": STATE_VERSION,
+            "period": self.period,
+            "hparams": [dict(h) for h in self.hparams],
+            "next_period": list(self.next_period),
+            "rng": [rng_version, list(internal), gauss_next],
+        }
+
+    def load_state_dict(self, state: Any) -> None:
+        """Take over a state_dict(). Raises ValueError, leaving this population unchanged, when the state is
+        malformed or belongs to a population of another size."""
+        n = len(self.hparams)
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(f"not a PBT state of version {STATE_VERSION}")
+        hparams, boundaries, period = state.get("hparams"), state.get("next_period"), state.get("period")
+        if not isinstance(hparams, list) or not isinstance(boundaries, list) or not _is_int(period):
+            raise ValueError("hparams, next_period or period missing")
+        if len(hparams) != n or len(boundaries) != n:
+            raise ValueError(f"saved for {len(hparams)} policies, this run has {n}")
+        if not all(isinstance(h, dict) and all(_is_number(v) for v in h.values()) for h in hparams):
+            raise ValueError("hyperparameters must map names to numbers")
+        if not all(_is_int(b) and b >= 0 for b in boundaries):
+            raise ValueError("next_period must hold non-negative integers")
+        rng = random.Random()
+        try:
+            rng_version, internal, gauss_next = state["rng"]
+            if gauss_next is not None and not _is_number(gauss_next):  # setstate would take anything here
+                raise ValueError(f"gauss_next {gauss_next!r}")
+            rng.setstate((rng_version, tuple(internal), gauss_next))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"rng state unusable ({exc})") from None
+        if period != self.period and period > 0 and self.period > 0:
+            # --pbt_period_env_steps changed on resume: the next boundary is one new period after the last
+            # boundary crossed, not one old period (which could be far off when the period was shortened).
+            boundaries = [((b - period) // self.period + 1) * self.period for b in boundaries]
+        self.hparams = [{k: float(v) for k, v in h.items()} for h in hparams]
+        self.next_period = [int(b) for b in boundaries]
+        self.rng = rng
 
 
 def verify_pbt(cfg: Any) -> list[str]:

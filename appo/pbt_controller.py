@@ -2,6 +2,11 @@
 appo/pbt.py at each policy's period boundary turned into messages for the learners, every decision appended
 to `train_dir/NAME/pbt.jsonl`, and `best_policy.json` kept current (for enjoy.py --policy_index=best).
 
+The population's own state (hyperparameters, next period boundaries, rng) is kept in `pbt_state.json` so that a
+resumed run goes on with its schedule: without it the boundaries would restart from 0 env steps and fire at
+once on restored env steps with no objectives yet (the period lost), and the rng would replay its draws.
+Hyperparameters restored from the learners' checkpoints still arrive via on_hparams and win.
+
 A replacement takes two messages: CopyPolicy to the better policy's learner, which snapshots itself and sends
 LoadPolicy to the worse one's learner. The replaced policy's recent returns are forgotten, so that it is
 judged on its new weights only.
@@ -24,6 +29,7 @@ from utils.logging import log
 
 BEST_POLICY_FILE = "best_policy.json"
 PBT_LOG_FILE = "pbt.jsonl"
+PBT_STATE_FILE = "pbt_state.json"
 MIN_EPISODES = 10  # a policy with fewer recent episodes has no train_return objective yet
 
 
@@ -31,6 +37,37 @@ class PbtController:
     def __init__(self, cfg: Cfg, exp_dir: Path) -> None:
         self.cfg, self.exp_dir = cfg, Path(exp_dir)
         self.population = Population(cfg)
+        self.state_path = self.exp_dir / PBT_STATE_FILE
+        self._dirty = False  # the population changed outside tick (on_hparams): save at the next tick
+        if cfg.with_pbt:
+            self._load()
+
+    def _load(self) -> None:
+        if not self.state_path.exists():
+            return
+        try:
+            self.population.load_state_dict(json.loads(self.state_path.read_text()))
+        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            log.warning("PBT: ignoring %s (%s); the PBT schedule starts afresh", self.state_path, exc)
+            return
+        log.info("PBT: schedule resumed from %s, next boundaries %s", self.state_path, self.population.next_period)
+
+    def save(self) -> None:
+        """Write the population's state to pbt_state.json atomically (a crash leaves the old or the new file)."""
+        if not self.cfg.with_pbt:
+            return
+        tmp = self.state_path.with_suffix(".json.tmp")
+        try:
+            tmp.write_text(json.dumps(self.population.state_dict()) + "\n")
+            os.replace(tmp, self.state_path)
+        except OSError as exc:  # losing the schedule on a resume is not worth stopping the training for
+            log.warning("PBT: could not write %s (%s)", self.state_path, exc)
+            return
+        self._dirty = False
+
+    def close(self) -> None:
+        """The driver is closing: keep the latest state for a resume."""
+        self.save()
 
     def objectives(self, policies: list[PolicyStats]) -> list[float | None]:
         if self.cfg.pbt_target_objective == "eval_return":
@@ -42,6 +79,7 @@ class PbtController:
         if not self.cfg.with_pbt:
             return []
         out: list[Any] = []
+        boundaries = list(self.population.next_period)
         objectives = self.objectives(policies)
         for pid, p in enumerate(policies):
             if not self.population.due(pid, p.env_steps):
@@ -58,11 +96,17 @@ class PbtController:
                 p.last_eval = None
             else:
                 out.append(SetHyperparams(pid, event.new_hparams))
+        # Every decision (and every rng draw) follows a boundary move, so comparing boundaries catches all
+        # changes; most ticks change nothing and write nothing.
+        if self._dirty or self.population.next_period != boundaries:
+            self.save()
         return out
 
     def on_hparams(self, policy_id: int, hparams: dict[str, float]) -> None:
-        """A learner started with these (restored) hyperparameters."""
-        self.population.set_hparams(policy_id, hparams)
+        """A learner started with these (restored) hyperparameters; they win over pbt_state.json's."""
+        if self.population.hparams[policy_id] != hparams:
+            self.population.set_hparams(policy_id, hparams)
+            self._dirty = True
 
     def _log(self, event: Event) -> None:
         with open(self.exp_dir / PBT_LOG_FILE, "a") as f:

@@ -2,7 +2,8 @@
 weights -> wire queues -> spawn learners, policy workers and actor workers -> aggregate reports (status
 line, tensorboard, stop criteria, dead children) -> stop everyone and exit with a status code.
 
---serial_mode drives the very same components in this process (appo/serial.py)."""
+Which components run, and where, is the backend's (appo/backend.py: processes on this machine;
+appo/serial.py: the very same components in this process for --serial_mode); this loop is the same for both."""
 
 from __future__ import annotations
 
@@ -17,16 +18,15 @@ from typing import Any
 
 import torch
 
+from appo.backend import evaluation_interval
 from appo.buffers import allocate_control, allocate_trajectories, shared_bytes
 from appo.cfg import Cfg, cfg_to_dict, derive, experiment_dir, resolve_device, verify_or_exit
-from appo.learning.param_sync import ParamStore
-from appo.messages import ErrorReport, EvalReport, EvalRequest, HyperparamsReport, ReturnSummary, Stop
+from appo.messages import ErrorReport, EvalReport, EvalRequest, HyperparamsReport, ReturnSummary
 from appo.model import make_model
 from appo.pbt_controller import PbtController
-from appo.processes import process_title, set_process_title, spawn_context, stop_processes
+from appo.processes import process_title, set_process_title
 from appo.stats import Stats, SummaryWriters, eval_line
-from appo.supervision import Supervisor
-from appo.wiring import Queues, actor_inbox, close_all, policy_queue, queue_bytes, send, wire
+from appo.wiring import queue_bytes
 from envs import UnknownEnvError, make_run_env
 from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, log_path
@@ -46,22 +46,31 @@ class Driver:
         self.last_status = self.start
         self.progress = (0, self.start)  # (env steps, when they last changed)
         self.errors: list[str] = []
-        self.eval_interval = cfg.meta_test_interval if cfg.task_schedule != "none" else cfg.eval_interval
+        self.eval_interval = evaluation_interval(cfg)
         self.next_eval = [self.eval_interval] * cfg.num_policies
         self.eval_pending = [False] * cfg.num_policies
         self.pbt = PbtController(cfg, exp_dir)
+        # Message type -> what the driver does with it besides statistics (Stats.on_report takes every report).
+        self.handlers = {ErrorReport: self._on_error, EvalReport: self._on_eval, HyperparamsReport: self._on_hparams}
 
     def on_messages(self, msgs: list[Any]) -> None:
         for msg in msgs:
-            if type(msg) is ErrorReport:
-                self.errors.append(f"{msg.component}: {msg.error.strip().splitlines()[-1]}")
-                continue
-            if type(msg) is EvalReport:
-                self.eval_pending[msg.policy_id] = False
-                log.info(eval_line(msg))
-            elif type(msg) is HyperparamsReport:
-                self.pbt.on_hparams(msg.policy_id, msg.hparams)
-            self.stats.on_report(msg)
+            handler = self.handlers.get(type(msg))
+            if handler is None or handler(msg):
+                self.stats.on_report(msg)
+
+    def _on_error(self, msg: ErrorReport) -> bool:
+        self.errors.append(f"{msg.component}: {msg.error.strip().splitlines()[-1]}")
+        return False  # not a statistic
+
+    def _on_eval(self, msg: EvalReport) -> bool:
+        self.eval_pending[msg.policy_id] = False
+        log.info(eval_line(msg))
+        return True
+
+    def _on_hparams(self, msg: HyperparamsReport) -> bool:
+        self.pbt.on_hparams(msg.policy_id, msg.hparams)
+        return True
 
     def eval_requests(self, force: bool = False) -> list[EvalRequest]:
         """Evaluations due (one outstanding per policy); `force` asks for one of every policy now."""
@@ -207,9 +216,10 @@ def run(cfg: Cfg) -> int:
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg)
     log.info(
-        "experiment %s: env %s, %d workers x %d envs, device %s",
+        "experiment %s: env %s, algo %s, %d workers x %d envs, device %s",
         cfg.experiment,
         cfg.env,
+        cfg.algo,
         cfg.num_workers,
         cfg.num_envs_per_worker,
         device,
@@ -217,104 +227,57 @@ def run(cfg: Cfg) -> int:
     buffers = allocate_trajectories(cfg, derived, *spaces)
     control = allocate_control(cfg, derived)
     if cfg.serial_mode:
-        from appo.serial import run_serial
-
-        return run_serial(cfg, derived, exp_dir, spaces, buffers, control, device, Driver(cfg, exp_dir))
-    ctx = spawn_context()
-    template = make_model(cfg, *spaces)
-    params = [ParamStore(template) for _ in range(cfg.num_policies)]
-    queues = wire(cfg.num_workers, cfg.num_policies)
+        from appo.serial import SerialBackend as backend_cls
+    else:
+        from appo.backend import LocalBackend as backend_cls
+    backend = backend_cls(cfg, derived, exp_dir, spaces, device, buffers, control)
     driver = Driver(cfg, exp_dir)
     # Signals are caught from before the first child starts: a SIGTERM during start-up stops cleanly too.
     received: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum)) for s in STOP_SIGNALS}
     try:
-        sup = spawn_all(ctx, cfg, derived, exp_dir, spaces, buffers, control, params, device, queues)
-        return supervise(cfg, driver, queues, sup, received)
+        return drive(cfg, driver, backend, received)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
 
 
-def spawn_all(
-    ctx: Any,
-    cfg: Cfg,
-    derived: Any,
-    exp_dir: Any,
-    spaces: Any,
-    buffers: Any,
-    control: Any,
-    params: list,
-    device: str,
-    queues: Queues,
-) -> Supervisor:
-    """Start learners first (they publish weights), then policy workers, actor workers, the evaluator."""
-    from appo.learning.learner_process import run_learner
-    from appo.sampling.actor_worker import run_actor_worker
-    from appo.sampling.policy_worker import actors_act, run_policy_worker
-
-    heartbeats = {"actors": control["heartbeats"], "policy_workers": control["policy_heartbeats"]}
-    sup = Supervisor(ctx, heartbeats, queues, cfg.worker_stuck_timeout, cfg.policy_workers_per_policy)
-    for p in range(cfg.num_policies):
-        ckpt = checkpoint_dir(exp_dir, p)
-        args = (cfg, derived, p, buffers, params[p], spaces, ckpt, device, control, queues)
-        sup.add("learners", f"learner_{p}", run_learner, lambda _inc, a=args: a)
-    shared = cfg.shared_policy_workers and cfg.num_policies > 1
-    local = actors_act(cfg)  # actor workers act for their own envs: no policy worker processes
-    served = [] if local else [0] if shared else range(cfg.num_policies)
-    for p in served:
-        for i in range(cfg.policy_workers_per_policy):
-            args = (cfg, derived, p, i, buffers, params if shared else params[p], spaces, device, control, queues)
-            sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)
-    acting = (params, spaces) if local else ()
-    log.info("inference: %s", "in the actor workers (numpy, cpu)" if local else f"policy workers on {device}")
-    for w in range(cfg.num_workers):
-        sup.add(
-            "actors",
-            f"actor_worker_{w}",
-            run_actor_worker,
-            lambda inc, w=w: (cfg, derived, w, buffers, control, inc, queues, *acting),
-            True,
-        )
-    if cfg.eval_interval > 0 or (cfg.task_schedule != "none" and cfg.meta_test_interval > 0):
-        from appo.evaluator import run_evaluator
-
-        sup.add("evaluators", "evaluator", run_evaluator, lambda _inc: (cfg, spaces, params, queues))
-    return sup
-
-
-def supervise(cfg: Cfg, driver: Driver, queues: Queues, sup: Supervisor, received: list[int]) -> int:
-    """The driver's loop: reports in, status out, until a stop criterion, a signal or a failure."""
+def drive(cfg: Cfg, driver: Driver, backend: Any, received: list[int]) -> int:
+    """The driver's loop, the same for every backend: reports in, status and requests out, until a stop
+    criterion, a signal or a failure; then the backend stops every component."""
 
     def on_signal(signum: int, _frame: Any) -> None:
         if received:  # a second Ctrl-C: no more waiting, but no orphans either
             log.warning("second signal: killing every process now")
-            sup.kill_all()
+            backend.kill_all()
             os._exit(130)
         received.append(signum)
 
     for s in STOP_SIGNALS:
         signal.signal(s, on_signal)
     # Longer than a legitimate shutdown (final evaluation, learners saving) can take.
-    watchdog = Watchdog(sup, limit=max(cfg.stall_timeout, 240.0))
+    watchdog = Watchdog(backend, limit=max(cfg.stall_timeout, 240.0)) if backend.uses_watchdog else None
     reason = None
     try:
+        backend.start()
         while reason is None:
-            watchdog.beat()
-            try:
-                msgs = queues.driver_queue.get_many(timeout=0.1)
-            except Exception:  # queue.Empty on timeout
-                msgs = []
-            driver.on_messages(msgs)
-            send(driver.tick(), queues)
-            driver.errors += [] if driver.errors else sup.check()
-            driver.stats.restarts = sup.restarts
+            if watchdog is not None:
+                watchdog.beat()
+            driver.on_messages(backend.poll(0.1))
+            backend.send(driver.tick())
+            driver.errors += [] if driver.errors else backend.check()
+            driver.stats.restarts = backend.restarts
             reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
         log.info("stopping: %s", reason)
     finally:
-        watchdog.beat()  # the shutdown has its own timeouts; the watchdog stays as the last resort
-        shutdown(queues, sup, driver)
-        watchdog.stop()
+        if watchdog is not None:
+            watchdog.beat()  # the shutdown has its own timeouts; the watchdog stays as the last resort
+        try:
+            backend.stop(driver)
+        finally:
+            driver.close()
+            if watchdog is not None:
+                watchdog.stop()
     for error in driver.errors:
         log.error("%s", error)
     if driver.errors:
@@ -327,8 +290,8 @@ class Watchdog:
     lock leaves it locked for good): when the driver's loop has not come round for `limit` seconds, kill
     every child and exit 1, so that a wrapper or a person can resume the run instead of it hanging."""
 
-    def __init__(self, sup: Supervisor, limit: float) -> None:
-        self.sup, self.limit = sup, limit
+    def __init__(self, backend: Any, limit: float) -> None:
+        self.backend, self.limit = backend, limit
         self.last = time.monotonic()
         self.stopped = threading.Event()
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
@@ -347,58 +310,5 @@ class Watchdog:
                     "the same command again)",
                     self.limit,
                 )
-                self.sup.kill_all()
+                self.backend.kill_all()
                 os._exit(1)
-
-
-def final_evaluation(driver: Driver, queues: Queues, timeout: float = 120.0) -> None:
-    """One last evaluation of every policy's newest weights, so every run ends with eval summaries."""
-    send(driver.eval_requests(force=True), queues)
-    deadline = time.monotonic() + timeout
-    while not driver.evals_done() and time.monotonic() < deadline:
-        try:
-            driver.on_messages(queues.driver_queue.get_many(timeout=0.5))
-        except Exception:  # queue.Empty
-            pass
-
-
-def shutdown(queues: Queues, sup: Supervisor, driver: Driver) -> None:
-    """Stop actors, then policy workers, then learners (which save a final checkpoint), then the evaluator."""
-    stop = Stop("driver")
-    for kind, targets in (
-        ("actors", [actor_inbox(queues, w) for w in range(len(queues.actor_inboxes))]),
-        ("policy_workers", [policy_queue(queues, p) for p in range(len(queues.policy_queues))]),
-        ("learners", queues.learner_queues),
-        ("evaluators", [queues.eval_queue]),
-    ):
-        processes = sup.of_kind(kind)
-        if kind == "evaluators" and processes and not driver.errors:
-            # The learners have saved and published their last weights: evaluate exactly those.
-            final_evaluation(driver, queues)
-        for target in targets:
-            for _ in range(len(processes) if kind == "policy_workers" else 1):
-                _put_quietly(target, stop)
-        forced = stop_processes(processes, timeout=30.0 if kind == "learners" else 10.0)
-        if forced:
-            log.warning("had to terminate: %s", ", ".join(forced))
-        try:
-            driver.on_messages(queues.driver_queue.get_many(block=False))
-        except Exception:  # queue.Empty
-            pass
-    driver.close()
-    close_all(queues)
-
-
-def _put_quietly(queue: Any, msg: Any, timeout: float = 2.0) -> None:
-    """Deliver `msg` if that works within `timeout`. In a thread: a queue whose reader was killed can block
-    its writers for good, and the shutdown of everything else must not wait on it."""
-
-    def put() -> None:
-        try:
-            queue.put(msg, timeout=timeout)
-        except Exception as exc:  # a full or broken queue: the process is terminated after its join timeout
-            log.warning("could not deliver %r: %s", msg, exc)
-
-    thread = threading.Thread(target=put, daemon=True)
-    thread.start()
-    thread.join(timeout)

@@ -1,12 +1,15 @@
-"""--serial_mode: the same ActorWorker, PolicyWorker and Learner objects as the multi-process run, driven
-round-robin in the driver process over in-process queues. Deterministic for a given seed, and every
-component can be stepped through in a debugger."""
+"""--serial_mode: `SerialBackend` drives the same ActorWorker, PolicyWorker, Learner and Evaluator objects as
+the multi-process run, round-robin in the driver process over in-process queues (appo/wiring.py LocalQueue).
+Deterministic for a given seed, and every component can be stepped through in a debugger."""
 
 from __future__ import annotations
 
-import signal
+from pathlib import Path
 from typing import Any
 
+import torch
+
+from appo.backend import plan
 from appo.cfg import Cfg, Derived
 from appo.evaluator import Evaluator
 from appo.learning.learner import Learner
@@ -17,81 +20,93 @@ from appo.processes import limit_threads
 from appo.sampling.actor_worker import ActorWorker
 from appo.sampling.policy_worker import make_policy_workers
 from appo.wiring import actor_inbox, policy_queue, send, wire
-from utils.logging import log
 from utils.paths import checkpoint_dir
 
 
-def run_serial(
-    cfg: Cfg, derived: Derived, exp_dir: Any, spaces: Any, buffers: Any, control: Any, device: str, driver: Any
-) -> int:
-    _limits = limit_threads(1)
-    queues = wire(cfg.num_workers, cfg.num_policies, local=True)
-    params = [ParamStore(make_model(cfg, *spaces)) for _ in range(cfg.num_policies)]
-    learners = [
-        Learner(cfg, derived, p, buffers, params[p], spaces, checkpoint_dir(exp_dir, p), device, control)
-        for p in range(cfg.num_policies)
-    ]
-    for learner in learners:
-        learner.init()
-        driver.on_messages([learner.hparams_report()])
-    policy_workers = make_policy_workers(cfg, derived, buffers, params, spaces, device, control)
-    actors = [ActorWorker(cfg, derived, w, buffers, control) for w in range(cfg.num_workers)]
-    evaluator = Evaluator(cfg, spaces, params) if driver.eval_interval > 0 else None
-    received: list[int] = []
-    previous = {
-        s: signal.signal(s, lambda signum, _f: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        for actor in actors:
-            send(actor.init(), queues)
-        reason = None
-        while reason is None:
-            step_all(actors, policy_workers, learners, queues, driver)
-            serve_evaluations(evaluator, queues, driver)
-            reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
-        log.info("stopping: %s", reason)
-        for learner in learners:
-            learner.save()
-        if evaluator is not None and not driver.errors:
-            send(driver.eval_requests(force=True), queues)
-            serve_evaluations(evaluator, queues, driver)
-    finally:
-        for actor in actors:
-            actor.close()
-        if evaluator is not None:
-            evaluator.close()
-        driver.close()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    return 1 if driver.errors else (143 if received and received[0] == signal.SIGTERM else 0)
+class SerialBackend:
+    """Every component as a plain object in this process; `poll` runs one round of all of them."""
 
+    uses_watchdog = False  # a person stepping through a debugger must not be killed
+    restarts = 0
 
-def serve_evaluations(evaluator: Evaluator | None, queues: Any, driver: Any) -> None:
-    if evaluator is None:
-        return
-    reports = [evaluator.evaluate(msg) for msg in queues.eval_queue.get_many() if type(msg) is not Stop]
-    driver.on_messages(reports)
+    def __init__(
+        self,
+        cfg: Cfg,
+        derived: Derived,
+        exp_dir: Path,
+        spaces: tuple[Any, Any],
+        device: str,
+        buffers: dict[str, torch.Tensor],
+        control: dict[str, torch.Tensor],
+    ) -> None:
+        self._limits = limit_threads(1)
+        self.topology = plan(cfg)
+        self.queues = wire(cfg.num_workers, cfg.num_policies, local=True)
+        self.params = [ParamStore(make_model(cfg, *spaces)) for _ in range(cfg.num_policies)]
+        self.learners = [
+            Learner(cfg, derived, p, buffers, self.params[p], spaces, checkpoint_dir(exp_dir, p), device, control)
+            for p in self.topology.learners
+        ]
+        self.policy_workers = make_policy_workers(cfg, derived, buffers, self.params, spaces, device, control)
+        self.actors = [ActorWorker(cfg, derived, w, buffers, control) for w in self.topology.actors]
+        self.evaluator = Evaluator(cfg, spaces, self.params) if self.topology.evaluation_interval > 0 else None
 
+    def start(self) -> None:
+        for learner in self.learners:
+            learner.init()
+            self.send([learner.hparams_report()])
+        for actor in self.actors:
+            self.send(actor.init())
 
-def step_all(actors: list, policy_workers: list, learners: list, queues: Any, driver: Any) -> None:
-    """One round: inference for every pending request, env steps for every reply, training when a batch
-    is complete, then the driver's bookkeeping."""
-    for worker in policy_workers:
-        send(worker.infer(policy_queue(queues, worker.policy_id).get_many()), queues)
-    for actor in actors:
-        out: list[Any] = []
-        for msg in actor_inbox(queues, actor.worker_idx).get_many():
-            out += actor.handle(msg)
-        send(out + actor.reports(), queues)
-    for learner in learners:
-        for msg in queues.learner_queues[learner.policy_id].get_many():
-            if type(msg) is not Stop:
-                learner.handle(msg)
-        send(learner.apply_pbt(), queues)
-        while (batch := learner.next_batch()) is not None:
-            report = learner.train(batch)
-            learner.maybe_save()
-            learner.batcher.mark_released(batch.releases)
-            send([report, *batch.releases], queues)
-    driver.on_messages(queues.driver_queue.get_many())
-    send(driver.tick(), queues)
+    def send(self, msgs: list[Any]) -> None:
+        send(msgs, self.queues)
+
+    def poll(self, timeout: float = 0.0) -> list[Any]:
+        """One round: inference for every pending request, env steps for every reply, training when a batch
+        is complete, evaluations asked for; returns the driver's messages."""
+        queues = self.queues
+        for worker in self.policy_workers:
+            self.send(worker.infer(policy_queue(queues, worker.policy_id).get_many()))
+        for actor in self.actors:
+            out: list[Any] = []
+            for msg in actor_inbox(queues, actor.worker_idx).get_many():
+                out += actor.handle(msg)
+            self.send(out + actor.reports())
+        for learner in self.learners:
+            for msg in queues.learner_queues[learner.policy_id].get_many():
+                if type(msg) is not Stop:
+                    learner.handle(msg)
+            self.send(learner.apply_pbt())
+            while (batch := learner.next_batch()) is not None:
+                report = learner.train(batch)
+                learner.maybe_save()
+                learner.batcher.mark_released(batch.releases)
+                self.send([report, *batch.releases])
+        self._serve_evaluations()
+        return queues.driver_queue.get_many()
+
+    def _serve_evaluations(self) -> None:
+        if self.evaluator is not None:
+            requests = [msg for msg in self.queues.eval_queue.get_many() if type(msg) is not Stop]
+            self.send([self.evaluator.evaluate(msg) for msg in requests])
+
+    def check(self) -> list[str]:
+        return []  # nothing here can die on its own: an exception ends the run where it is raised
+
+    def kill_all(self) -> None:
+        pass
+
+    def stop(self, driver: Any) -> None:
+        """Learners save; then one last evaluation of the saved weights; then envs close."""
+        try:
+            for learner in self.learners:
+                learner.save()
+            if self.evaluator is not None and not driver.errors:
+                self.send(driver.eval_requests(force=True))
+                self._serve_evaluations()
+                driver.on_messages(self.queues.driver_queue.get_many())
+        finally:
+            for actor in self.actors:
+                actor.close()
+            if self.evaluator is not None:
+                self.evaluator.close()

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from appo.messages import EpisodeReport, EvalReport, HyperparamsReport, TrainReport
 from envs.wrappers import task_bucket
@@ -54,24 +55,38 @@ class Stats:
         self.learner_busy_seconds = 0.0  # training time reported since the last status line
 
     def on_report(self, msg: Any) -> None:
-        if type(msg) is EpisodeReport:
-            p = self.policies[msg.policy_id]
-            p.returns.extend(msg.returns)
-            p.lengths.extend(msg.lengths)
-            p.episodes += len(msg.returns)
-            p.add_trials(msg.trials)
-            if msg.busy >= 0:
-                self.actor_busy[msg.worker_idx] = msg.busy
-        elif type(msg) is EvalReport:
-            p = self.policies[msg.policy_id]
-            p.last_eval, p.new_eval = msg, True
-        elif type(msg) is TrainReport:
-            p = self.policies[msg.policy_id]
-            p.env_steps, p.version = msg.env_steps, msg.version
-            p.train.update(msg.stats)
-            self.learner_busy_seconds += msg.stats.get("train_seconds", 0.0)
-        elif type(msg) is HyperparamsReport:
-            self.policies[msg.policy_id].hparams = dict(msg.hparams)
+        handler = self.handlers.get(type(msg))
+        if handler is not None:  # other messages carry nothing to count
+            handler(self, msg)
+
+    def _on_episodes(self, msg: EpisodeReport) -> None:
+        p = self.policies[msg.policy_id]
+        p.returns.extend(msg.returns)
+        p.lengths.extend(msg.lengths)
+        p.episodes += len(msg.returns)
+        p.add_trials(msg.trials)
+        if msg.busy >= 0:
+            self.actor_busy[msg.worker_idx] = msg.busy
+
+    def _on_eval(self, msg: EvalReport) -> None:
+        p = self.policies[msg.policy_id]
+        p.last_eval, p.new_eval = msg, True
+
+    def _on_train(self, msg: TrainReport) -> None:
+        p = self.policies[msg.policy_id]
+        p.env_steps, p.version = msg.env_steps, msg.version
+        p.train.update(msg.stats)
+        self.learner_busy_seconds += msg.stats.get("train_seconds", 0.0)
+
+    def _on_hparams(self, msg: HyperparamsReport) -> None:
+        self.policies[msg.policy_id].hparams = dict(msg.hparams)
+
+    handlers: ClassVar[dict[type, Callable[[Stats, Any], None]]] = {
+        EpisodeReport: _on_episodes,
+        EvalReport: _on_eval,
+        TrainReport: _on_train,
+        HyperparamsReport: _on_hparams,
+    }
 
     @property
     def env_steps(self) -> int:

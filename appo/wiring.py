@@ -21,6 +21,7 @@ In --serial_mode the same wiring is built from LocalQueue, an in-process stand-i
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from appo.messages import (
@@ -122,25 +123,40 @@ def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
     )
 
 
+def _reply_inbox(msg: ActionsReady, queues: Queues) -> Any:
+    """The inbox of the incarnation that asked; None (dropped) if it is gone: its inbox may block writers for
+    good (a reader killed waiting on it)."""
+    if msg.incarnation != int(queues.incarnations[msg.worker_idx]):
+        return None
+    inboxes = queues.actor_inboxes[msg.worker_idx]
+    return inboxes[msg.incarnation % len(inboxes)]
+
+
+def _to_learner(msg: Any, queues: Queues) -> Any:
+    return queues.learner_queues[msg.policy_id]
+
+
+def _to_driver(msg: Any, queues: Queues) -> Any:
+    return queues.driver_queue
+
+
+# Message type -> the queue it travels on. Stop has no route: the driver puts it on each queue directly.
+ROUTES: dict[type, Callable[[Any, Queues], Any]] = {
+    InferenceRequest: lambda msg, queues: policy_queue(queues, msg.policy_id),
+    ActionsReady: _reply_inbox,
+    SlotsReleased: lambda msg, queues: actor_inbox(queues, msg.worker_idx),
+    EvalRequest: lambda msg, queues: queues.eval_queue,
+    **dict.fromkeys((TrajectoryReady, ReturnSummary, SetHyperparams, CopyPolicy, LoadPolicy), _to_learner),
+    **dict.fromkeys((EpisodeReport, TrainReport, ErrorReport, EvalReport, HyperparamsReport), _to_driver),
+}
+
+
 def route(msg: Any, queues: Queues) -> Any:
     """The queue a message travels on (None: drop it, its reader is gone)."""
-    kind = type(msg)
-    if kind is InferenceRequest:
-        return policy_queue(queues, msg.policy_id)
-    if kind is ActionsReady:  # to the incarnation that asked; None (dropped) if it is gone
-        if msg.incarnation != int(queues.incarnations[msg.worker_idx]):
-            return None  # its inbox may block writers for good (a reader killed waiting on it)
-        inboxes = queues.actor_inboxes[msg.worker_idx]
-        return inboxes[msg.incarnation % len(inboxes)]
-    if kind is SlotsReleased:
-        return actor_inbox(queues, msg.worker_idx)
-    if kind in (TrajectoryReady, ReturnSummary, SetHyperparams, CopyPolicy, LoadPolicy):
-        return queues.learner_queues[msg.policy_id]
-    if kind in (EpisodeReport, TrainReport, ErrorReport, EvalReport, HyperparamsReport):
-        return queues.driver_queue
-    if kind is EvalRequest:
-        return queues.eval_queue
-    raise TypeError(f"no route for message {msg!r}")
+    where = ROUTES.get(type(msg))
+    if where is None:
+        raise TypeError(f"no route for message {msg!r}")
+    return where(msg, queues)
 
 
 def send(msgs: list[Any], queues: Queues) -> None:

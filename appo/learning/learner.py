@@ -136,19 +136,21 @@ class Learner:
     def apply_pbt(self) -> list[Any]:
         """Carry out the PBT messages received since the last call (between training iterations, in the thread
         that trains); returns the messages to send."""
+        ops = {SetHyperparams: self._on_set_hparams, CopyPolicy: self._on_copy_policy, LoadPolicy: self.load_policy}
         out: list[Any] = []
         while self.pbt_ops:
             msg = self.pbt_ops.popleft()
-            if type(msg) is SetHyperparams:
-                self.set_hparams(msg.hparams)
-                log.info("learner %d: PBT set hyperparameters %s", self.policy_id, msg.hparams)
-            elif type(msg) is CopyPolicy:
-                path = self.ckpt_dir / f"pbt_snapshot_for_p{msg.target}.pth"
-                save_snapshot(self.state(), path)
-                out.append(LoadPolicy(msg.target, self.policy_id, str(path), msg.hparams))
-            elif type(msg) is LoadPolicy:
-                self.load_policy(msg)
+            out += ops[type(msg)](msg) or []
         return out
+
+    def _on_set_hparams(self, msg: SetHyperparams) -> None:
+        self.set_hparams(msg.hparams)
+        log.info("learner %d: PBT set hyperparameters %s", self.policy_id, msg.hparams)
+
+    def _on_copy_policy(self, msg: CopyPolicy) -> list[Any]:
+        path = self.ckpt_dir / f"pbt_snapshot_for_p{msg.target}.pth"
+        save_snapshot(self.state(), path)
+        return [LoadPolicy(msg.target, self.policy_id, str(path), msg.hparams)]
 
     def load_policy(self, msg: LoadPolicy) -> None:
         """Become a copy of policy `msg.source` (weights, optimizer state, normalisers) with new hyperparameters.

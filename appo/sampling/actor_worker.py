@@ -57,6 +57,7 @@ class ActorWorker:
         self.timing = Timing()
         self.last_report = time.monotonic()
         self.last_stepping = 0.0
+        self.handlers = {ActionsReady: self._on_actions, SlotsReleased: self._on_slots_released}
 
     def init(self) -> list[Any]:
         msgs: list[Any] = []
@@ -72,12 +73,17 @@ class ActorWorker:
         return msgs
 
     def handle(self, msg: Any) -> list[Any]:
-        if type(msg) is ActionsReady:
-            with self.timing.add_time("env_step"):
-                return self.runners[msg.split_idx].on_actions(msg)
-        if type(msg) is SlotsReleased:
-            return self.runners[msg.split_idx].on_slots_released(msg.group_idx, msg.policy_id)
-        raise TypeError(f"actor worker {self.worker_idx}: unexpected message {msg!r}")
+        handler = self.handlers.get(type(msg))
+        if handler is None:
+            raise TypeError(f"actor worker {self.worker_idx}: unexpected message {msg!r}")
+        return handler(msg)
+
+    def _on_actions(self, msg: ActionsReady) -> list[Any]:
+        with self.timing.add_time("env_step"):
+            return self.runners[msg.split_idx].on_actions(msg)
+
+    def _on_slots_released(self, msg: SlotsReleased) -> list[Any]:
+        return self.runners[msg.split_idx].on_slots_released(msg.group_idx, msg.policy_id)
 
     def keep_local(self, msgs: list[Any]) -> list[Any]:
         """Hold the InferenceRequests this worker answers itself; returns the messages to send."""

@@ -1,0 +1,188 @@
+"""Which components a run has, and where they run. `plan(cfg)` decides the topology once (the driver, serial
+mode and shutdown all read the same answer); a backend starts those components, moves messages between them
+and the driver, and stops them:
+
+- `LocalBackend` (this module): one process per component on this machine, shared-memory tensors, queues
+  from appo/wiring.py, a Supervisor that restarts what can be restarted;
+- `SerialBackend` (appo/serial.py): the same component objects driven round-robin in the driver process.
+
+The driver (appo/runner.py) only calls `start`, `poll`, `send`, `check`, `stop` and `kill_all`. A backend
+that places actor workers elsewhere (Ray) implements the same calls; its trajectories may then reach the
+learner as arrays rather than slot indices, which is the learner's feeder's business (appo/learning/).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from appo.cfg import Cfg, Derived
+from appo.learning.param_sync import ParamStore
+from appo.messages import Stop
+from appo.model import make_model
+from appo.processes import spawn_context, stop_processes
+from appo.supervision import Supervisor
+from appo.wiring import Queues, actor_inbox, close_all, policy_queue, send, wire
+from utils.logging import log
+from utils.paths import checkpoint_dir
+
+
+class Topology(NamedTuple):
+    learners: tuple[int, ...]  # policy ids, one learner each
+    policy_workers: tuple[tuple[int, int], ...]  # (policy whose queue it reads, index); none when actors act
+    shared_policy_workers: bool  # one set of policy workers serves every policy (queue of policy 0)
+    actors_act: bool  # actor workers answer their own inference requests
+    actors: tuple[int, ...]  # actor worker indices
+    evaluation_interval: int  # env steps between evaluations; 0: no evaluator runs and none is asked for
+
+
+def evaluation_interval(cfg: Cfg) -> int:
+    """Task envs are evaluated by meta-tests on held-out tasks (--meta_test_interval), others by
+    --eval_interval; the one that does not apply is ignored."""
+    return cfg.meta_test_interval if cfg.task_schedule != "none" else cfg.eval_interval
+
+
+def plan(cfg: Cfg) -> Topology:
+    from appo.sampling.policy_worker import actors_act
+
+    acting = actors_act(cfg)
+    shared = cfg.shared_policy_workers and cfg.num_policies > 1
+    served = [] if acting else [0] if shared else list(range(cfg.num_policies))
+    return Topology(
+        learners=tuple(range(cfg.num_policies)),
+        policy_workers=tuple((p, i) for p in served for i in range(cfg.policy_workers_per_policy)),
+        shared_policy_workers=shared,
+        actors_act=acting,
+        actors=tuple(range(cfg.num_workers)),
+        evaluation_interval=max(evaluation_interval(cfg), 0),
+    )
+
+
+class LocalBackend:
+    """Every component in its own process on this machine."""
+
+    uses_watchdog = True  # a driver blocked inside a queue call is killed with its children (appo/runner.py)
+
+    def __init__(
+        self,
+        cfg: Cfg,
+        derived: Derived,
+        exp_dir: Path,
+        spaces: tuple[Any, Any],
+        device: str,
+        buffers: dict[str, torch.Tensor],
+        control: dict[str, torch.Tensor],
+    ) -> None:
+        self.cfg, self.derived, self.exp_dir, self.spaces, self.device = cfg, derived, exp_dir, spaces, device
+        self.buffers, self.control = buffers, control
+        self.topology = plan(cfg)
+        template = make_model(cfg, *spaces)
+        self.params = [ParamStore(template) for _ in range(cfg.num_policies)]
+        self.queues: Queues = wire(cfg.num_workers, cfg.num_policies)
+        self.sup: Supervisor | None = None
+
+    @property
+    def restarts(self) -> int:
+        return self.sup.restarts if self.sup is not None else 0
+
+    def start(self) -> None:
+        """Start learners first (they publish weights), then policy workers, actor workers, the evaluator."""
+        from appo.learning.learner_process import run_learner
+        from appo.sampling.actor_worker import run_actor_worker
+        from appo.sampling.policy_worker import run_policy_worker
+
+        cfg, topo, q = self.cfg, self.topology, self.queues
+        common = (cfg, self.derived)
+        heartbeats = {"actors": self.control["heartbeats"], "policy_workers": self.control["policy_heartbeats"]}
+        self.sup = sup = Supervisor(
+            spawn_context(), heartbeats, q, cfg.worker_stuck_timeout, cfg.policy_workers_per_policy
+        )
+        for p in topo.learners:
+            args = (*common, p, self.buffers, self.params[p], self.spaces, checkpoint_dir(self.exp_dir, p))
+            args += (self.device, self.control, q)
+            sup.add("learners", f"learner_{p}", run_learner, lambda _inc, a=args: a)
+        for p, i in topo.policy_workers:
+            params = self.params if topo.shared_policy_workers else self.params[p]
+            args = (*common, p, i, self.buffers, params, self.spaces, self.device, self.control, q)
+            sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)
+        acting = (self.params, self.spaces) if topo.actors_act else ()
+        log.info(
+            "inference: %s",
+            "in the actor workers (numpy, cpu)" if topo.actors_act else f"policy workers on {self.device}",
+        )
+        for w in topo.actors:
+            args_of = lambda inc, w=w: (*common, w, self.buffers, self.control, inc, q, *acting)  # noqa: E731
+            sup.add("actors", f"actor_worker_{w}", run_actor_worker, args_of, True)
+        if topo.evaluation_interval > 0:
+            from appo.evaluator import run_evaluator
+
+            sup.add("evaluators", "evaluator", run_evaluator, lambda _inc: (cfg, self.spaces, self.params, q))
+
+    def poll(self, timeout: float) -> list[Any]:
+        """Messages for the driver that arrived within `timeout` seconds."""
+        try:
+            return self.queues.driver_queue.get_many(timeout=timeout)
+        except Exception:  # queue.Empty on timeout
+            return []
+
+    def send(self, msgs: list[Any]) -> None:
+        send(msgs, self.queues)
+
+    def check(self) -> list[str]:
+        return self.sup.check() if self.sup is not None else []
+
+    def kill_all(self) -> None:
+        if self.sup is not None:
+            self.sup.kill_all()
+
+    def stop(self, driver: Any) -> None:
+        """Stop actors, then policy workers, then learners (which save a final checkpoint), then the evaluator,
+        after one last evaluation of the weights the learners saved."""
+        if self.sup is None:
+            close_all(self.queues)
+            return
+        queues, stop = self.queues, Stop("driver")
+        for kind, targets in (
+            ("actors", [actor_inbox(queues, w) for w in range(len(queues.actor_inboxes))]),
+            ("policy_workers", [policy_queue(queues, p) for p in range(len(queues.policy_queues))]),
+            ("learners", queues.learner_queues),
+            ("evaluators", [queues.eval_queue]),
+        ):
+            processes = self.sup.of_kind(kind)
+            if kind == "evaluators" and processes and not driver.errors:
+                self.final_evaluation(driver)
+            for target in targets:
+                for _ in range(len(processes) if kind == "policy_workers" else 1):
+                    put_quietly(target, stop)
+            forced = stop_processes(processes, timeout=30.0 if kind == "learners" else 10.0)
+            if forced:
+                log.warning("had to terminate: %s", ", ".join(forced))
+            driver.on_messages(self.poll(0.0))
+        close_all(queues)
+
+    def final_evaluation(self, driver: Any, timeout: float = 120.0) -> None:
+        """One last evaluation of every policy's newest weights, so every run ends with eval summaries."""
+        import time
+
+        self.send(driver.eval_requests(force=True))
+        deadline = time.monotonic() + timeout
+        while not driver.evals_done() and time.monotonic() < deadline:
+            driver.on_messages(self.poll(0.5))
+
+
+def put_quietly(queue: Any, msg: Any, timeout: float = 2.0) -> None:
+    """Deliver `msg` if that works within `timeout`. In a thread: a queue whose reader was killed can block
+    its writers for good, and the shutdown of everything else must not wait on it."""
+
+    def put() -> None:
+        try:
+            queue.put(msg, timeout=timeout)
+        except Exception as exc:  # a full or broken queue: the process is terminated after its join timeout
+            log.warning("could not deliver %r: %s", msg, exc)
+
+    thread = threading.Thread(target=put, daemon=True)
+    thread.start()
+    thread.join(timeout)
