@@ -141,6 +141,7 @@ class Driver:
     def close(self) -> None:
         self.report()
         self.pbt.write_best(self.stats.policies)
+        self.pbt.close()  # the population's schedule and random state, for a resumed run to continue
         self.writers.close()
 
 

@@ -107,7 +107,10 @@ def steady_fps(summaries: Path, warmup: float) -> float:
     return total
 
 
-def appo_fps(env_name: str, seconds: float, warmup: float, extra: list[str], sampler_only: bool) -> float:
+def appo_fps(
+    env_name: str, seconds: float, warmup: float, extra: list[str], sampler_only: bool, root: Path = ROOT
+) -> float:
+    """Steady-state FPS of train_appo.py run from `root` (this checkout, or another commit's worktree)."""
     train_dir = Path(tempfile.mkdtemp(prefix="appo_tp_"))
     cmd = [
         sys.executable,
@@ -121,7 +124,7 @@ def appo_fps(env_name: str, seconds: float, warmup: float, extra: list[str], sam
         f"--sampler_only={sampler_only}",
         *extra,
     ]
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, cwd=root, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return steady_fps(train_dir / "tp" / "summaries", warmup)
 
 

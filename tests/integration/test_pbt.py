@@ -78,3 +78,12 @@ def test_population_learns_cartpole_and_replaces_the_crippled_policy(train_dir):
     last_for_3 = [e for e in events if e["target"] == 3][-1]["new_hparams"]
     state, _ = load_latest(run / "checkpoint_p3")
     assert state["hparams"] == pytest.approx(last_for_3)
+
+    # pbt_state.json, for a resume to go on with the schedule: the same hyperparameters, and every policy's
+    # next boundary on the period grid past its last decision.
+    pbt_state = json.loads((run / "pbt_state.json").read_text())
+    assert pbt_state["hparams"][3] == pytest.approx(last_for_3)
+    for pid in range(POLICIES):
+        boundary = pbt_state["next_period"][pid]
+        assert boundary % PERIOD == 0
+        assert all(boundary > e["env_steps"] for e in events if e["target"] == pid)
