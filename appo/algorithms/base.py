@@ -60,7 +60,7 @@ class NonFiniteGuard:
         log.warning(
             "learner %d: skipped an update with loss %s, gradient norm %s (%d in a row)",
             self.policy_id,
-            float(loss),
+            float(loss.detach()),
             float(grad_norm),
             self.in_a_row,
         )
