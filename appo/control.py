@@ -24,6 +24,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from appo.cfg import Cfg
+
 POLICY, TASK, WEIGHTS = 0, 1, 2
 COLUMNS = 3
 FREE = -1
@@ -52,9 +54,10 @@ class ControlChannel:
         assigners decide)."""
         rows = [envs] if isinstance(envs, int) else list(envs)
         for column, value in enumerate(assignment):
-            name = Assignment._fields[column]
-            if value != FREE and not 0 <= value < self.limits[column]:
-                raise ValueError(f"control channel: {name}={value} is not in 0..{self.limits[column] - 1}")
+            name, limit = Assignment._fields[column], self.limits[column]
+            if value != FREE and not 0 <= value < limit:
+                valid = f"not in 0..{limit - 1}" if limit > 0 else f"not available: the run has no {name}s"
+                raise ValueError(f"control channel: {name}={value} is {valid}")
         for env in rows:
             if not 0 <= env < self.table.shape[0]:
                 raise ValueError(f"control channel: env {env} is not in 0..{self.table.shape[0] - 1}")
@@ -66,6 +69,13 @@ class ControlChannel:
 
     def read(self, env: int) -> Assignment:
         return Assignment(*(int(v) for v in self.table[env]))
+
+
+def control_channel(cfg: Cfg, control: dict[str, torch.Tensor], num_tasks: int) -> ControlChannel:
+    """The writing end of a run's channel (`control`: appo/buffers.py allocate_control). A run has one weight
+    set per policy; `num_tasks` is the number of its train tasks (0 without a task schedule), e.g.
+    `len(envs.make_task_assigner(cfg, env, 0).tasks)`."""
+    return ControlChannel(control["assignments"], cfg.num_policies, cfg.num_policies, num_tasks)
 
 
 class PolicyDraw:

@@ -7,9 +7,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+
+if TYPE_CHECKING:
+    from envs.schedules import TaskAssigner, TaskSchedule
+    from envs.tasks import Task
 
 # Project envs (meta-task families) register their constructors here: name -> callable(**kwargs) -> Env. A
 # constructor applies its env's TimeLimit itself and takes `max_episode_steps` (> 0) to override its length.
@@ -76,16 +80,41 @@ def trial_length(cfg: Any) -> int:
 def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: str | None = None) -> gym.Env:
     """The env exactly as a run sees it: `make_env` plus, for task schedules, the meta-task wrapper over
     the `split` ("train" or "test") tasks. Actor workers, the evaluator and enjoy.py all build it here, so
-    observation augmentation always matches what the policy was trained on. `cfg` is an appo Cfg."""
+    observation augmentation always matches what the policy was trained on. In a run the actor's EnvRunner
+    gives every trial its task (`make_task_assigner`, appo/control.py); the wrapper's own schedule serves
+    standalone use (the meta-test, enjoy.py) and sets the trial length. `cfg` is an appo Cfg."""
     env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode)
     if cfg.task_schedule == "none":
         return env
-    from envs.schedules import make_schedule
-    from envs.tasks import task_split
     from envs.wrappers import MetaTaskWrapper
 
-    if not is_task_env(env):
+    try:
+        _, schedule = _run_schedule(cfg, env, env_idx, split)
+    except UnknownEnvError:
         env.close()
+        raise
+    return MetaTaskWrapper(env, schedule, cfg.task_visibility)
+
+
+def make_task_assigner(cfg: Any, env: gym.Env, env_idx: int) -> TaskAssigner | None:
+    """The task assigner of env number `env_idx` of a run (`env`: that env, wrappers allowed): the run's train
+    tasks and the very schedule `make_run_env` builds for that env (same rng stream), so with the control
+    channel all free each env runs the task sequence its wrapper would have drawn. None without a task
+    schedule (--task_schedule=none). `cfg` is an appo Cfg."""
+    if cfg.task_schedule == "none":
+        return None
+    from envs.schedules import TaskAssigner
+
+    return TaskAssigner(*_run_schedule(cfg, env, env_idx, "train"))
+
+
+def _run_schedule(cfg: Any, env: gym.Env, env_idx: int, split: str) -> tuple[list[Task], TaskSchedule]:
+    """The `split` tasks of a run and the schedule of env `env_idx` over them: the one rule behind the
+    wrapper's schedule and the actor's task assigner."""
+    from envs.schedules import make_schedule
+    from envs.tasks import task_split
+
+    if not is_task_env(env):
         raise UnknownEnvError(
             f"--task_schedule={cfg.task_schedule}: --env={cfg.env} is not a task family "
             f"({', '.join(sorted(PROJECT_ENVS))}); use --task_schedule=none"
@@ -94,10 +123,8 @@ def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: 
     if split == "test":
         # The training trial length, not --episodes_per_trial: under per_episode training sees 1-episode
         # trials, and a 2-episode meta-test trial would double the return it reports.
-        schedule = make_schedule("sequence", test, trial_length(cfg), env_idx, cfg.seed)
-    else:
-        schedule = make_schedule(cfg.task_schedule, train, cfg.episodes_per_trial, env_idx, cfg.seed)
-    return MetaTaskWrapper(env, schedule, cfg.task_visibility)
+        return test, make_schedule("sequence", test, trial_length(cfg), env_idx, cfg.seed)
+    return train, make_schedule(cfg.task_schedule, train, cfg.episodes_per_trial, env_idx, cfg.seed)
 
 
 def _project_env(module: str, class_name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:

@@ -1,5 +1,8 @@
 """Task schedules: which task an env runs next, and how many episodes a trial lasts. Pure objects with a
-seeded rng and no env in sight; envs/wrappers.py asks them at every trial start.
+seeded rng and no env in sight. A schedule answers with an index into the task list it was given
+(`next_index`), so the one choosing (an actor's EnvRunner through a `TaskAssigner`, which the control channel
+can override) can name the task by that index; standalone, envs/wrappers.py asks `next_task` at every trial
+start (the evaluator's meta-test, enjoy.py).
 
 - per_episode: a new task every episode (trials of one episode).
 - per_trial: a new task every `episodes_per_trial` episodes; the recurrent state is carried across the
@@ -31,17 +34,23 @@ class TaskSchedule:
         self.episodes_per_trial = episodes_per_trial
         self.rng = np.random.default_rng(seed)
 
+    def next_index(self, last_trial_return: float | None) -> int:
+        """The next trial's task, as an index into `tasks`; `last_trial_return` is the return of the env's
+        previous trial (None before its first)."""
+        return int(self.rng.integers(len(self.tasks)))
+
     def next_task(self, last_trial_return: float | None) -> Task:
-        return dict(self.tasks[int(self.rng.integers(len(self.tasks)))])
+        """A copy of the next trial's task (`next_index` looked up in `tasks`)."""
+        return dict(self.tasks[self.next_index(last_trial_return)])
 
 
 class FixedSchedule(TaskSchedule):
     def __init__(self, tasks: list[Task], episodes_per_trial: int, env_idx: int) -> None:
         super().__init__(tasks, episodes_per_trial, seed=env_idx)
-        self.task = tasks[env_idx % len(tasks)]
+        self.index = env_idx % len(tasks)
 
-    def next_task(self, last_trial_return: float | None) -> Task:
-        return dict(self.task)
+    def next_index(self, last_trial_return: float | None) -> int:
+        return self.index
 
 
 class SequenceSchedule(TaskSchedule):
@@ -49,10 +58,10 @@ class SequenceSchedule(TaskSchedule):
         super().__init__(tasks, episodes_per_trial, seed=0)
         self.index = 0
 
-    def next_task(self, last_trial_return: float | None) -> Task:
-        task = self.tasks[self.index % len(self.tasks)]
+    def next_index(self, last_trial_return: float | None) -> int:
+        index = self.index % len(self.tasks)
         self.index += 1
-        return dict(task)
+        return index
 
 
 class CurriculumSchedule(TaskSchedule):
@@ -68,17 +77,19 @@ class CurriculumSchedule(TaskSchedule):
         step: float = 0.1,
         window: int = 10,
     ) -> None:
-        super().__init__(sorted(tasks, key=difficulty), episodes_per_trial, seed)
+        super().__init__(tasks, episodes_per_trial, seed)
+        # Indices into `tasks`, easiest first (a stable sort: equally hard tasks keep their given order).
+        self.order = sorted(range(len(tasks)), key=lambda i: difficulty(tasks[i]))
         self.fraction, self.step, self.window = start, step, window
         self.average: float | None = None
         self.last_check: float | None = None
         self.trials = 0
 
-    def next_task(self, last_trial_return: float | None) -> Task:
+    def next_index(self, last_trial_return: float | None) -> int:
         if last_trial_return is not None:
             self._observe(last_trial_return)
         open_tasks = max(1, math.ceil(self.fraction * len(self.tasks)))
-        return dict(self.tasks[int(self.rng.integers(open_tasks))])
+        return self.order[int(self.rng.integers(open_tasks))]
 
     def _observe(self, trial_return: float) -> None:
         self.trials += 1
@@ -87,6 +98,20 @@ class CurriculumSchedule(TaskSchedule):
             if self.last_check is not None and self.average > self.last_check:
                 self.fraction = min(1.0, self.fraction + self.step)
             self.last_check = self.average
+
+
+class TaskAssigner:
+    """An env's own task assigner in a run: the run's train tasks and the schedule that draws from them for
+    that env. The actor's EnvRunner asks it at each trial start of the env whose control-channel TASK cell
+    is free (appo/control.py); `next` answers an index into `tasks`, the unit the control channel speaks."""
+
+    def __init__(self, tasks: list[Task], schedule: TaskSchedule) -> None:
+        self.tasks = tasks
+        self.schedule = schedule
+
+    def next(self, last_trial_return: float | None) -> int:
+        """The env's next task as an index into `tasks`, given its previous trial's return (None: none yet)."""
+        return self.schedule.next_index(last_trial_return)
 
 
 def difficulty(task: Task) -> float:

@@ -1,9 +1,11 @@
 """MetaTaskWrapper: turns a task-family env into trials for the engine.
 
 A *trial* is what the engine sees as one episode: `episodes_per_trial` episodes of the inner env on one
-task, chosen by a schedule (envs/schedules.py) when the trial starts. Inner episode ends inside a trial
-are hidden from the engine, so the recurrent state is carried across them and reset only at trial
-boundaries (RL^2). The end of a trial is a termination: the task's objective has a fixed horizon.
+task, given by `reset(options={"task": ...})` (in a run: the actor's EnvRunner, from the control channel or
+the env's task assigner) or else drawn from the wrapper's schedule (envs/schedules.py) when the trial
+starts. Inner episode ends inside a trial are hidden from the engine, so the recurrent state is carried
+across them and reset only at trial boundaries (RL^2). The end of a trial is a termination: the task's
+objective has a fixed horizon.
 
 Observations are augmented by `visibility`:
 - hidden (meta-RL): the previous action, the previous reward and a flag that an inner episode just ended
@@ -61,8 +63,14 @@ class MetaTaskWrapper(gym.Wrapper):
         return np.concatenate([flat, extra])
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        """Start a new trial: the schedule picks the task."""
-        self.task = self.schedule.next_task(self.last_trial_return)
+        """Start a new trial on `options["task"]`: in a run the actor's EnvRunner chooses every trial's task
+        (appo/control.py). Without it (standalone: the evaluator's meta-test, enjoy.py) the wrapper's own
+        schedule picks. Either way the trial lasts the schedule's `episodes_per_trial` episodes."""
+        if options is not None and "task" in options:
+            self.task = dict(options["task"])
+            options = {k: v for k, v in options.items() if k != "task"} or None  # the inner env's own options
+        else:
+            self.task = self.schedule.next_task(self.last_trial_return)
         self.family.set_task(self.task)
         obs, info = self.env.reset(seed=seed, options=options)
         self.returns, self.lengths = [0.0], [0]

@@ -11,6 +11,11 @@ steps once all replies are in; a full slot group goes to each policy's learner a
 env's policy changes only between rollouts: an env whose episode ended and whose next policy differs is
 reset at the rollout's end, its unfinished episode cut there like a time limit (the steps are kept for
 training with a bootstrapped value, the cut episode is not reported as a result).
+
+Task envs (--task_schedule): the runner, not the env wrapper, chooses the task of every trial, at every reset
+of an env (`_reset_env`): the control channel's TASK cell where set (appo/control.py), else the env's own
+task assigner (envs.make_task_assigner: the schedule its wrapper would have used, same rng stream). The task
+goes to the wrapper as reset(options={"task": ...}); its index in the train tasks is kept in `env_task`.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ import numpy as np
 
 from appo.buffers import first_slot, group_index
 from appo.cfg import Cfg, Derived
-from appo.control import FREE, POLICY, WEIGHTS, PolicyDraw
+from appo.control import FREE, POLICY, TASK, WEIGHTS, PolicyDraw
 from appo.messages import ActionsReady, InferenceRequest, TrajectoryReady
+from envs import make_task_assigner
+from envs.schedules import TaskAssigner
 from utils.logging import log
 
 # Distinct env errors already logged by this process: each is logged once with its traceback.
@@ -64,6 +71,8 @@ class EnvRunner:
         # Per-step fields the algorithm asked for (appo/buffers.py actor_fields) that this runner fills.
         self.extra_fields = [name for name in ("task_ids", "episode_ids", "weight_sets") if name in buffers]
         self.env_task = np.full(self.num_envs, -1, dtype=np.int64)  # index in the train tasks; -1: no tasks
+        self.task_assigners: list[TaskAssigner | None] = [None] * self.num_envs  # per env; None: no tasks
+        self.last_trial_return: list[float | None] = [None] * self.num_envs  # fed to the assigner
         self.policy_envs: dict[int, tuple[int, ...] | None] = {0: None}  # policy -> its envs (None: all)
         # Who is asked for actions: each policy for its envs, or (shared policy workers) one request for all.
         self.shared_inference = cfg.shared_policy_workers and cfg.num_policies > 1
@@ -103,6 +112,7 @@ class EnvRunner:
     def init(self, seed: int) -> list[Any]:
         """Create and reset the envs; returns the first InferenceRequest."""
         self.envs = [self.env_fn(self.first_env + i) for i in range(self.num_envs)]
+        self.task_assigners = [make_task_assigner(self.cfg, env, self.first_env + i) for i, env in enumerate(self.envs)]
         self.rng = np.random.default_rng(seed)
         self.env_policy = self.policy_draw.initial(self.rng, self.num_envs)
         for i in range(self.num_envs):
@@ -112,7 +122,7 @@ class EnvRunner:
         self.is_box = isinstance(space, gym.spaces.Box)
         if self.is_box:
             self.low, self.high = space.low.astype(np.float32), space.high.astype(np.float32)
-        obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
+        obs = [self._reset_env(i, seed=seed + i) for i in range(self.num_envs)]
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + i)
         self.next_obs = np.stack(obs).astype(np.float32)
@@ -125,9 +135,9 @@ class EnvRunner:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for i, env in enumerate(self.envs):
-                obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                obs, _, terminated, truncated, info = env.step(env.action_space.sample())
                 if terminated or truncated:
-                    obs, _ = env.reset()
+                    obs = self._reset_env(i, info.get("trial"))
                 self.next_obs[i] = obs
         self.buf["obs"][self.first : self.first + self.num_envs, 0] = self.next_obs
 
@@ -207,15 +217,18 @@ class EnvRunner:
         obs_out = buf["obs"]
         trials: dict[int, dict] = {}
         failed: list[int] = []
+        for name in self.extra_fields:  # before stepping: a reset below starts the next episode's task
+            buf[name][slots, t] = self._field(name)
         for i, env in enumerate(self.envs):
             try:
                 obs, reward, terminated, truncated, info = env.step(actions[i])
                 if terminated or truncated:
-                    obs, _ = env.reset()
                     dones[i] = 1.0
                     truncs[i] = float(truncated and not terminated)
-                    if "trial" in info:
-                        trials[i] = info["trial"]
+                    trial = info.get("trial")
+                    if trial is not None:
+                        trials[i] = trial
+                    obs = self._reset_env(i, trial)
             except Exception as exc:  # a broken env must not take the worker (and the run) down
                 obs, reward = self._recover_env(i, exc), 0.0
                 dones[i] = truncs[i] = 1.0  # cut the episode; bootstrap it like a time limit
@@ -227,8 +240,6 @@ class EnvRunner:
             ok[failed] = False
             self.env_errors[~ok] += 1
             self.env_errors[ok] = 0
-        for name in self.extra_fields:
-            buf[name][slots, t] = self._field(name)
         self._record_episodes(rewards, dones, trials, failed)
         buf["rewards"][slots, t] = self._shape_rewards(rewards)
         buf["dones"][slots, t] = dones
@@ -264,8 +275,23 @@ class EnvRunner:
         except Exception:  # the broken env may not even close; it is replaced anyway
             pass
         self.envs[i] = self.env_fn(self.first_env + i)
-        obs, _ = self.envs[i].reset()
-        return obs
+        return self._reset_env(i)
+
+    def _reset_env(self, i: int, trial: dict | None = None, seed: int | None = None) -> np.ndarray:
+        """Start env `i`'s next episode (trial) and return its first observation; every reset of the runner
+        comes here. A task env runs the task in its control-channel TASK cell where that is set, else the one
+        its assigner picks, fed the return of the env's last finished trial (`trial`: the info["trial"] of the
+        episode that just ended, if it did)."""
+        assigner = self.task_assigners[i]
+        if assigner is None:
+            return self.envs[i].reset(seed=seed)[0]
+        if trial is not None:
+            self.last_trial_return[i] = float(sum(trial["returns"]))
+        task = int(self.assignments[self.first_env + i, TASK]) if self.assignments is not None else FREE
+        if task == FREE:
+            task = assigner.next(self.last_trial_return[i])
+        self.env_task[i] = task
+        return self.envs[i].reset(seed=seed, options={"task": assigner.tasks[task]})[0]
 
     def _finish_rollout(self) -> list[Any]:
         slots = slice(self.first, self.first + self.num_envs)
@@ -293,7 +319,7 @@ class EnvRunner:
         self.buf["dones"][slot, T - 1] = 1.0
         self.buf["truncated"][slot, T - 1] = 1.0
         try:
-            obs, _ = self.envs[i].reset()
+            obs = self._reset_env(i)
         except Exception as exc:
             obs = self._recover_env(i, exc)
         self.next_obs[i] = obs

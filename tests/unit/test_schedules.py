@@ -54,6 +54,30 @@ def test_curriculum_widens_only_when_returns_rise():
     assert falling.fraction == 0.25
 
 
+@pytest.mark.parametrize("name", ["per_episode", "per_trial", "fixed", "curriculum", "sequence"])
+def test_schedules_answer_indices_into_the_task_list_as_given(name: str) -> None:
+    """`next_index` names the task by its position in the list the schedule was given (the unit the control
+    channel speaks), and `next_task` is that task: two schedules of one seed agree draw for draw."""
+    by_index = make_schedule(name, TASKS, 2, env_idx=3, seed=5)
+    by_task = make_schedule(name, TASKS, 2, env_idx=3, seed=5)
+    returns = [None, *np.linspace(-1.0, 5.0, 39)]
+    indices = [by_index.next_index(r) for r in returns]
+    assert all(0 <= i < len(TASKS) for i in indices)
+    assert [TASKS[i] for i in indices] == [by_task.next_task(r) for r in returns]
+
+
+def test_curriculum_draws_do_not_depend_on_the_order_tasks_are_given_in():
+    """The curriculum sorts by difficulty behind a permutation: shuffling its task list changes the indices
+    it answers but not the tasks it draws."""
+    shuffled = [TASKS[i] for i in (4, 0, 7, 2, 5, 1, 6, 3)]
+    a = CurriculumSchedule(TASKS, 1, seed=2, start=0.5, step=0.25, window=3)
+    b = CurriculumSchedule(shuffled, 1, seed=2, start=0.5, step=0.25, window=3)
+    returns = [None, *(float(i) for i in range(30))]
+    draws = [a.next_task(r) for r in returns]
+    assert draws == [b.next_task(r) for r in returns]
+    assert a.fraction == 1.0 and len({tuple(t.items()) for t in draws}) > 4  # it did widen past the easy half
+
+
 def test_sequence_hands_out_tasks_in_order():
     s = make_schedule("sequence", TASKS[:3], 2, 0, 0)
     assert [s.next_task(None) for _ in range(4)] == [TASKS[0], TASKS[1], TASKS[2], TASKS[0]]
@@ -90,6 +114,21 @@ def test_wrapper_trial_is_one_engine_episode_with_augmented_observations():
     assert [e[1] for e in ends] == [False] * 7 + [True] and not any(e[2] for e in ends)
     assert len(info["trial"]["returns"]) == 2 and info["trial"]["lengths"] == [4, 4]
     assert info["trial"]["task"] == task
+
+
+def test_wrapper_runs_the_task_it_is_given_and_its_schedule_only_without_one():
+    env = _nav(k=1)
+    train = env.schedule.tasks
+    own = make_schedule("per_trial", train, 1, 0, 0)  # an independent copy of the wrapper's schedule
+    env.reset(seed=0, options={"task": train[3]})
+    assert env.task == train[3] and env.unwrapped.get_task() == train[3]
+    for _ in range(4):
+        _, _, terminated, _, info = env.step(np.zeros(2, np.float32))
+    assert terminated and info["trial"]["task"] == train[3] and len(info["trial"]["returns"]) == 1
+    env.reset()  # no task given: the schedule draws, and it was not asked for the given trial
+    assert env.task == own.next_task(None)
+    with pytest.raises(ValueError, match="needs keys"):
+        env.reset(options={"task": {"velocity": 1.0}})
 
 
 def test_visible_wrapper_appends_the_task():
