@@ -21,13 +21,14 @@ import torch
 from appo.backend import evaluation_interval
 from appo.buffers import allocate_control, allocate_trajectories, shared_bytes
 from appo.cfg import Cfg, cfg_to_dict, derive, experiment_dir, resolve_device, verify_or_exit
+from appo.control import ControlChannel, control_channel
 from appo.messages import ErrorReport, EvalReport, EvalRequest, HyperparamsReport, ReturnSummary
 from appo.model import make_model
 from appo.pbt_controller import PbtController
 from appo.processes import process_title, set_process_title
 from appo.stats import Stats, SummaryWriters, eval_line
 from appo.wiring import queue_bytes
-from envs import UnknownEnvError, make_run_env
+from envs import UnknownEnvError, make_run_env, make_task_assigner
 from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, log_path
 
@@ -37,8 +38,11 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class Driver:
     """Report aggregation and stop criteria, shared by the process and serial modes."""
 
-    def __init__(self, cfg: Cfg, exp_dir: Any) -> None:
+    def __init__(self, cfg: Cfg, exp_dir: Any, channel: ControlChannel | None = None) -> None:
         self.cfg = cfg
+        # The writing end of the control channel (appo/control.py): which policy, task and weight set each env
+        # runs from its next episode; assigners of the driver's (an algorithm's schedule of tasks) write here.
+        self.channel = channel
         self.stats = Stats(cfg.num_policies)
         self.writers = SummaryWriters(exp_dir / "summaries", cfg.num_policies)
         self.start = time.monotonic()
@@ -145,8 +149,9 @@ class Driver:
         self.writers.close()
 
 
-def prepare(cfg: Cfg) -> tuple[Any, Any, Any]:
-    """Everything before any process exists: verify, folders, cfg.json, logging, spaces."""
+def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int]:
+    """Everything before any process exists: verify, folders, cfg.json, logging, spaces, the number of train
+    tasks."""
     verify_or_exit(cfg)
     try:
         env = make_run_env(cfg)
@@ -154,6 +159,8 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any]:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     spaces = (env.observation_space, env.action_space)
+    assigner = make_task_assigner(cfg, env, 0)
+    num_tasks = len(assigner.tasks) if assigner is not None else 0  # train tasks the control channel may name
     env.close()
     check_shared_memory(cfg, spaces)
     check_checkpoints(cfg, spaces)
@@ -162,7 +169,7 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any]:
     _write_json_atomic(cfg_path(exp_dir), cfg_to_dict(cfg))
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "driver"))
-    return exp_dir, spaces, derive(cfg)
+    return exp_dir, spaces, derive(cfg), num_tasks
 
 
 def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> None:
@@ -213,7 +220,7 @@ def _write_json_atomic(path: Any, data: dict) -> None:
 
 def run(cfg: Cfg) -> int:
     """Train until a stop criterion; returns the process exit status."""
-    exp_dir, spaces, derived = prepare(cfg)
+    exp_dir, spaces, derived, num_tasks = prepare(cfg)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg)
     log.info(
@@ -232,7 +239,7 @@ def run(cfg: Cfg) -> int:
     else:
         from appo.backend import LocalBackend as backend_cls
     backend = backend_cls(cfg, derived, exp_dir, spaces, device, buffers, control)
-    driver = Driver(cfg, exp_dir)
+    driver = Driver(cfg, exp_dir, control_channel(cfg, control, num_tasks))
     # Signals are caught from before the first child starts: a SIGTERM during start-up stops cleanly too.
     received: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum)) for s in STOP_SIGNALS}
