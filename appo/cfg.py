@@ -48,10 +48,8 @@ class SamplingCfg:
     policy_workers_per_policy: int = _f(
         1, "policy worker processes per policy (shared: in all); none run when actor workers act themselves"
     )
-    numpy_inference: bool = _f(True, "CPU policy workers of feed-forward models act in numpy (same function, cheaper)")
-    actor_inference: bool = _f(
-        True, "feed-forward models: each actor worker acts for its own envs (numpy, CPU); no policy worker processes"
-    )
+    numpy_inference: bool = _f(True, "on the CPU, act in numpy (MLP, GRU, LSTM: same function, cheaper than torch)")
+    actor_inference: bool = _f(True, "each actor worker acts for its own envs (numpy, CPU); no policy worker processes")
     shared_policy_workers: bool = _f(
         True, "several policies: every policy worker serves all of them (one request per split and step)"
     )

@@ -3,9 +3,10 @@
 `ActorWorker` is the component (plain object, driven by the process loop below or by --serial_mode);
 `run_actor_worker` is the thin process shell: start up, loop over the inbox, shut down.
 
-With --actor_inference (feed-forward models), the worker holds its own policy-worker components and
-answers its splits' InferenceRequests itself: one numpy pass over all its envs per round, no queue hop and
-no policy worker process. Requests and replies are the same messages either way; they just never leave.
+With --actor_inference (feed-forward and recurrent models), the worker holds its own policy-worker components
+and answers its splits' InferenceRequests itself: one numpy pass over all its envs per round, no queue hop and
+no policy worker process. Requests and replies are the same messages either way, and so are the writes (rnn
+states included); they just never leave.
 """
 
 from __future__ import annotations

@@ -106,20 +106,25 @@ class PolicyWorker:
         return [ActionsReady(r.worker_idx, r.split_idx, r.first_slot, r.t, r.incarnation, pid) for r in requests]
 
     def _forward(self, k: int, spans: list[tuple[Any, Any]], counts: list[int]) -> None:
-        """Gather the observations of `spans` (slots, time index), act with model k, write the results back."""
+        """Gather the observations and rnn states at t of `spans` (slots, time index), act with model k, write
+        actions, log-probs, values and versions at t and the next rnn states at t + 1. The env runner zeroes the
+        states at t + 1 of envs whose episode ended at t after it has this reply, so a reset wins over this write."""
         buf = self.np_buf
         fast = self.fast[k]
+        recurrent = self.cfg.use_rnn
         with self.timing.add_time("gather"):
             obs = np.concatenate([buf["obs"][s, t] for s, t in spans]) if len(spans) > 1 else buf["obs"][spans[0]]
-            rnn = None if fast is not None else np.concatenate([buf["rnn_states"][s, t] for s, t in spans])
+            # torch's act takes the (placeholder) states even without a core; numpy's only with one.
+            use_states = recurrent or fast is None
+            rnn = np.concatenate([buf["rnn_states"][s, t] for s, t in spans]) if use_states else None
         with self.timing.add_time("forward"), torch.inference_mode():
             if fast is not None:
-                (actions, log_probs, values), rnn_out = fast.act(obs), None
+                actions, log_probs, values, rnn_out = fast.act(obs, rnn)
             else:
                 out = self.models[k].act(torch.from_numpy(obs).to(self.device), torch.from_numpy(rnn).to(self.device))
                 actions, log_probs = out.actions.cpu().numpy(), out.log_probs.cpu().numpy()
                 values = out.values.cpu().numpy()
-                rnn_out = out.rnn_states.cpu().numpy() if self.cfg.use_rnn else None
+                rnn_out = out.rnn_states.cpu().numpy() if recurrent else None
         with self.timing.add_time("scatter"):
             start = 0
             for (s, t), n in zip(spans, counts, strict=True):
@@ -128,23 +133,28 @@ class PolicyWorker:
                 buf["log_probs"][s, t] = log_probs[start:end]
                 buf["values"][s, t] = values[start:end]
                 buf["policy_versions"][s, t] = self.versions[k]
-                if rnn_out is not None:
+                if recurrent:
                     buf["rnn_states"][s, t + 1] = rnn_out[start:end]
                 start = end
         self.samples += start
 
     def _forward_stacked(self, slots: np.ndarray, ts: np.ndarray, owner: np.ndarray) -> None:
-        """Every policy's envs in one stacked numpy pass; each slot gets its own policy's version."""
+        """Every policy's envs in one stacked numpy pass; each slot gets its own policy's version. Reads and
+        writes as `_forward`: rnn states from t, the next ones into t + 1."""
         buf = self.np_buf
+        recurrent = self.cfg.use_rnn
         with self.timing.add_time("gather"):
             obs = buf["obs"][slots, ts]
+            rnn = buf["rnn_states"][slots, ts] if recurrent else None
         with self.timing.add_time("forward"):
-            actions, log_probs, values = self.stack.act(obs, owner)
+            actions, log_probs, values, rnn_out = self.stack.act(obs, owner, rnn)
         with self.timing.add_time("scatter"):
             buf["actions"][slots, ts] = actions
             buf["log_probs"][slots, ts] = log_probs
             buf["values"][slots, ts] = values
             buf["policy_versions"][slots, ts] = np.asarray(self.versions)[owner]
+            if recurrent:
+                buf["rnn_states"][slots, ts + 1] = rnn_out
         self.samples += len(slots)
 
 
@@ -169,9 +179,9 @@ def make_policy_workers(
 
 
 def actors_act(cfg: Cfg) -> bool:
-    """Whether actor workers act for their own envs (--actor_inference; feed-forward models, numpy on the CPU),
-    so that no policy worker process runs."""
-    return cfg.actor_inference and cfg.numpy_inference and not cfg.use_rnn and not cfg.serial_mode
+    """Whether actor workers act for their own envs (--actor_inference with --numpy_inference: numpy on the CPU,
+    feed-forward and recurrent models alike), so that no policy worker process runs."""
+    return cfg.actor_inference and cfg.numpy_inference and not cfg.serial_mode
 
 
 def _slots(r: InferenceRequest) -> slice | np.ndarray:

@@ -1,5 +1,6 @@
 """--actor_inference: an actor worker answers its own splits' requests with its own policy-worker components
-(no queue, no policy worker process), each env through its own policy's published weights."""
+(no queue, no policy worker process), each env through its own policy's published weights; recurrent models too,
+each env acting from the state its previous step handed on (zero after its episode ended)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.buffers import allocate_control, allocate_trajectories, numpy_views
+from appo.buffers import allocate_control, allocate_trajectories, numpy_views, rnn_state_size
 from appo.cfg import Cfg, derive
 from appo.learning.param_sync import ParamStore
 from appo.messages import InferenceRequest, TrajectoryReady
@@ -30,13 +31,22 @@ def published_stores(cfg: Cfg, versions: list[int]) -> list[ParamStore]:
     return stores
 
 
-def values_of(model, obs: np.ndarray) -> np.ndarray:
+def torch_act(model, obs: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The torch model's values [B] and next states [B, S] for obs [B, ...] and states [B, S] (S = 1, a
+    placeholder, without a core; the states come back as given)."""
     with torch.no_grad():
-        return model.value_head(model.encoder(model.normalize_obs(torch.from_numpy(obs)))).squeeze(-1).numpy()
+        out = model.act(torch.from_numpy(obs), torch.from_numpy(states))
+    return out.values.numpy(), out.rnn_states.numpy()
 
 
-def run_actor(num_policies: int, shared: bool) -> None:
+def run_actor(num_policies: int, shared: bool, rnn_type: str | None = None, episode_steps: int = 0) -> None:
+    """Two rollouts of an actor worker's two splits of 4 CartPole envs, acting in the worker: every env's written
+    value (and, with `rnn_type`, next state) is its own policy's torch model's on the inputs in the buffers, and
+    each step's input state is what the env's previous step handed on, or zero after its episode (cut at most
+    `episode_steps` long) ended, within a rollout and across into the next rollout's slot group."""
     cfg = replace(split_cfg(num_policies, shared), worker_num_splits=2)  # two splits of 4 envs
+    if rnn_type is not None:
+        cfg = replace(cfg, use_rnn=True, rnn_type=rnn_type, rnn_size=8, max_episode_steps=episode_steps)
     d = derive(cfg)
     bufs, control = allocate_trajectories(cfg, d, *SPACES), allocate_control(cfg, d)
     views = numpy_views(bufs)
@@ -45,12 +55,16 @@ def run_actor(num_policies: int, shared: bool) -> None:
     inference = make_policy_workers(cfg, d, bufs, stores, SPACES, "cpu", control, stream=1000)
     actor = ActorWorker(cfg, d, 0, bufs, control, 0, inference)
     models = {p: m for w in inference for p, m in zip(w.policies, w.models, strict=True)}
+    assert all(f is not None for w in inference for f in w.fast), "every policy acts in numpy"
+    assert all(w.stack is not None for w in inference if len(w.policies) > 1), "a population in one stacked pass"
     try:
         out = actor.keep_local(actor.init())
         assert not any(type(m) is InferenceRequest for m in out), "requests must stay in the worker"
         assert {r.split_idx for r in actor.pending} == {0, 1}
         trajectories = []
         assert d.slot_groups_per_split >= 3  # two rollouts and the start of a third find free groups
+        carried = {split: np.zeros((4, rnn_state_size(cfg)), np.float32) for split in (0, 1)}
+        resets = 0
         for _ in range(2 * cfg.rollout):
             asked = list(actor.pending)
             acting = [r.env_policy.copy() if num_policies > 1 else np.zeros(r.num_envs, int) for r in actor.runners]
@@ -63,13 +77,32 @@ def run_actor(num_policies: int, shared: bool) -> None:
                 t = reqs[0].t
                 policies = acting[split]
                 assert views["policy_versions"][slots, t].tolist() == [versions[p] for p in policies]
+                if rnn_type is not None:
+                    # The state each env acted from: its previous step's next state, zero after an episode end.
+                    np.testing.assert_array_equal(views["rnn_states"][slots, t], carried[split])
                 for e, p in enumerate(policies):
-                    expected = values_of(models[int(p)], views["obs"][slots[e : e + 1], t])
-                    assert abs(views["values"][slots[e], t] - expected[0]) < 1e-4
+                    states = views["rnn_states"][slots[e : e + 1], t]
+                    values, nxt = torch_act(models[int(p)], views["obs"][slots[e : e + 1], t], states)
+                    assert abs(views["values"][slots[e], t] - values[0]) < 1e-5
+                    if rnn_type is None:
+                        continue
+                    written = views["rnn_states"][slots[e], t + 1]
+                    if views["dones"][slots[e], t] == 0:
+                        np.testing.assert_allclose(written, nxt[0], rtol=0, atol=1e-5)
+                        carried[split][e] = written
+                        continue
+                    resets += 1
+                    carried[split][e] = 0.0
+                    # The env runner's reset came after the inference write and won. Only an episode cut at the
+                    # rollout's end because the env's policy changes keeps the state there (to bootstrap from).
+                    if runner.env_policy[e] == p or t < cfg.rollout - 1:
+                        np.testing.assert_array_equal(written, 0.0)
             trajectories += [m for m in out if type(m) is TrajectoryReady]
             assert {r.split_idx for r in actor.pending} == {0, 1}
         # Both rollouts of both splits went to the learners, and only they.
         assert {(m.split_idx, m.group_idx) for m in trajectories} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+        if rnn_type is not None:
+            assert resets >= 8 and np.abs(views["rnn_states"]).max() > 0.05  # resets and states in play
     finally:
         actor.close()
 
@@ -83,10 +116,21 @@ def test_an_actor_acts_for_a_population_with_each_envs_own_policy():
     run_actor(2, shared=False)
 
 
-def test_acting_in_actors_is_for_feed_forward_numpy_models_only():
+def test_a_recurrent_actor_acts_for_its_own_envs():
+    run_actor(1, shared=False, rnn_type="gru", episode_steps=3)  # resets inside rollouts
+    run_actor(1, shared=False, rnn_type="lstm", episode_steps=4)  # resets at rollouts' last steps
+
+
+def test_a_recurrent_actor_acts_for_a_population_with_each_envs_own_policy():
+    run_actor(2, shared=True, rnn_type="gru", episode_steps=3)  # one stacked pass
+    run_actor(2, shared=False, rnn_type="gru", episode_steps=4)  # one pass per policy
+
+
+def test_acting_in_actors_is_for_numpy_models():
     assert actors_act(Cfg())
+    assert actors_act(Cfg(use_rnn=True)) and actors_act(Cfg(use_rnn=True, rnn_type="lstm"))
     assert not actors_act(Cfg(actor_inference=False))
-    assert not actors_act(Cfg(use_rnn=True))
+    assert not actors_act(Cfg(use_rnn=True, actor_inference=False))
     assert not actors_act(Cfg(numpy_inference=False))
     assert not actors_act(Cfg(serial_mode=True))
 

@@ -1,6 +1,7 @@
 """The numpy forward pass of CPU policy workers is the torch model's `act`, not an approximation: same values,
 log-probs that the torch distribution agrees with, and samples from the same distribution; and it refuses every
-model it does not compute (recurrent cores, other classes) instead of running it as the MLP."""
+model it does not compute (other cores, other classes) instead of running it as the MLP. Recurrent models:
+tests/unit/test_numpy_recurrent.py."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def test_gaussian_values_and_log_probs_match_torch(nonlinearity):
     model = random_model(Cfg(nonlinearity=nonlinearity), gym.spaces.Box(-1, 1, (3,), np.float32))
     fast = NumpyPolicy(model, seed=1)
     obs = (np.random.default_rng(2).standard_normal((64, 5)) * 6).astype(np.float32)  # some beyond the clip
-    actions, log_probs, values = fast.act(obs)
+    actions, log_probs, values, states = fast.act(obs)
+    assert states is None  # no core: the (absent) states pass through
     with torch.no_grad():
         x = model.encoder(model.normalize_obs(torch.from_numpy(obs)))
         dist = model.distribution(x)
@@ -48,7 +50,7 @@ def test_categorical_matches_torch():
     model = random_model(Cfg(), gym.spaces.Discrete(4))
     fast = NumpyPolicy(model, seed=3)
     obs = np.random.default_rng(4).standard_normal((32, 5)).astype(np.float32)
-    actions, log_probs, values = fast.act(obs)
+    actions, log_probs, values, _ = fast.act(obs)
     assert actions.shape == (32, 1) and actions.dtype == np.int64
     with torch.no_grad():
         x = model.encoder(model.normalize_obs(torch.from_numpy(obs)))
@@ -72,11 +74,23 @@ def test_weights_are_reread_after_a_pull():
     np.testing.assert_allclose(fast.act(obs)[2], before + 1.0, rtol=1e-5)
 
 
-def test_recurrent_models_and_gpus_keep_torch():
-    rnn = make_model(Cfg(use_rnn=True), OBS, gym.spaces.Discrete(2))
-    assert not NumpyPolicy.supports(rnn, "cpu")
-    with pytest.raises(ValueError, match="recurrent core"):
-        NumpyPolicy(rnn, seed=0)
+def test_other_cores_and_gpus_keep_torch():
+    for rnn_type in ("gru", "lstm"):
+        rnn = make_model(Cfg(use_rnn=True, rnn_type=rnn_type), OBS, gym.spaces.Discrete(2))
+        assert NumpyPolicy.supports(rnn, "cpu") and not NumpyPolicy.supports(rnn, "cuda")
+    # Anything but exactly a GRUCell or LSTMCell with biases, matching rnn_type, is refused.
+    cases = [
+        (torch.nn.RNNCell(64, 8), "RNNCell, not GRUCell or LSTMCell"),
+        (torch.nn.GRUCell(64, 8, bias=False), "no biases"),
+        (type("MyGRUCell", (torch.nn.GRUCell,), {})(64, 8), "MyGRUCell, not GRUCell"),
+        (torch.nn.LSTMCell(64, 8), "LSTMCell but rnn_type is 'gru'"),
+    ]
+    for core, reason in cases:
+        model = make_model(Cfg(use_rnn=True, rnn_size=8), OBS, gym.spaces.Discrete(2))
+        model.core = core
+        assert not NumpyPolicy.supports(model, "cpu")
+        with pytest.raises(ValueError, match=reason):
+            NumpyPolicy(model, seed=0)
     plain = make_model(Cfg(), OBS, gym.spaces.Discrete(2))
     assert NumpyPolicy.supports(plain, "cpu") and NumpyPolicy.supports(plain, torch.device("cpu"))
     assert not NumpyPolicy.supports(plain, "cuda") and not NumpyPolicy.supports(plain, "cuda:0")
@@ -135,7 +149,7 @@ def test_separate_value_trunk_matches_torch(discrete):
     for k, model in enumerate(models):
         # The single policy's pass is member 0's, over every env.
         cases = [(stacked, owner == k)] + ([(single, np.ones(len(obs), bool))] if k == 0 else [])
-        for (actions, log_probs, values), mine in cases:
+        for (actions, log_probs, values, _), mine in cases:
             with torch.no_grad():
                 out = model.act(torch.from_numpy(obs[mine]), torch.zeros(int(mine.sum()), 1))
                 dist = model.distribution(model.encoder(model.normalize_obs(torch.from_numpy(obs[mine]))))
@@ -155,7 +169,8 @@ def test_a_stack_acts_with_each_envs_own_policy(discrete):
     obs = (rng.standard_normal((23, 5)) * 3).astype(np.float32)
     owner = rng.integers(0, 3, 23)
     owner[:2] = [2, 2]  # uneven groups: padding rows in play
-    actions, log_probs, values = stack.act(obs, owner)
+    actions, log_probs, values, states = stack.act(obs, owner)
+    assert states is None
     assert actions.shape[0] == log_probs.shape[0] == values.shape[0] == 23
     for k, model in enumerate(models):
         mine = owner == k
