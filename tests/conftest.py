@@ -22,7 +22,7 @@ def _shm_entries() -> set[str]:
         return set()
 
 
-def _live_children() -> list[psutil.Process]:
+def live_children() -> list[psutil.Process]:
     """Children of this test runner, less Python's own resource tracker (it lives as long as pytest)."""
     out = []
     for child in psutil.Process().children(recursive=True):
@@ -40,10 +40,10 @@ def no_leftovers():
     before = _shm_entries()
     yield
     deadline = time.monotonic() + 10
-    children = _live_children()
+    children = live_children()
     while children and time.monotonic() < deadline:
         time.sleep(0.1)
-        children = _live_children()
+        children = live_children()
     leftover = [f"{c.pid} {c.name()}" for c in children]
     for child in children:
         child.kill()

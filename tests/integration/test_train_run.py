@@ -18,7 +18,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from appo.checkpoint import list_checkpoints
-from tests.conftest import ROOT, _kill_group, _live_children, run_script
+from tests.conftest import ROOT, _kill_group, live_children, run_script
 
 FAST = ["--env=CartPole-v1", "--rollout=16", "--batch_size=256", "--num_envs_per_worker=4", "--report_interval=1"]
 TAGS = [
@@ -169,7 +169,7 @@ def test_sixteen_workers_oversubscribed(train_dir):
     acc = scalars(exp / "summaries" / "0")
     assert acc.Scalars("perf/fps")[-1].value > 0
     # No process of the run is left: not under this test runner, nor orphaned elsewhere under its title.
-    assert not _live_children()
+    assert not live_children()
     titles = []
     for proc in psutil.process_iter():
         try:

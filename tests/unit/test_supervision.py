@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-import psutil
 import pytest
 import torch
 
 from appo.processes import spawn_context
 from appo.supervision import Child, Supervisor
 from appo.wiring import INBOX_SPARES
+from tests.conftest import live_children
 
 # --- targets of the spawned children (module level: spawn pickles them by name) --------------------------------
 
@@ -71,18 +71,6 @@ def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
             return True
         time.sleep(0.05)
     return condition()
-
-
-def live_children() -> list[psutil.Process]:
-    """Children of this test process, less Python's resource tracker."""
-    out = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
-                out.append(child)
-        except psutil.Error:
-            continue
-    return out
 
 
 @dataclass
