@@ -94,6 +94,12 @@ class ActorCritic(nn.Module):
             action_dim = int(np.prod(action_space.shape))
             self.policy_head = nn.Linear(size, action_dim)
             self.log_std = nn.Parameter(torch.full((action_dim,), cfg.initial_log_std))
+        # The action box (plain arrays, not state: checkpoints are unchanged), for losses that keep the Gaussian's
+        # mean inside it; None for discrete or unbounded actions.
+        self.action_bounds: tuple[np.ndarray, np.ndarray] | None = None
+        if not self.is_discrete and np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high)):
+            bounds = (action_space.low.reshape(-1), action_space.high.reshape(-1))
+            self.action_bounds = tuple(b.astype(np.float32) for b in bounds)  # type: ignore[assignment]
         # With the separate trunk the value head reads that trunk's features, of the same width as the policy's
         # (no core: see the check above).
         self.value_head = nn.Linear(size, 1)

@@ -159,23 +159,33 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds skipped at the start of appo runs")
     parser.add_argument("--procs", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help='extra flags of one appo variant, e.g. --variant="--actor_inference=False"; repeat to run several '
+        "side by side within each repeat (default: one variant with no extra flags)",
+    )
     args, extra = parser.parse_known_args()
     extra = extra or ["--num_workers=2", "--num_envs_per_worker=8", "--worker_num_splits=2", "--async_rl=True"]
+    variants = args.variant or [""]
     print(f"env={args.env} cores={args.procs} repeats={args.repeats} seconds={args.seconds} flags={' '.join(extra)}")
     std = initial_std(args.env, extra)
     print(f"policy-like actions: clipped N(0, {std:.3f}), the initial std of this run's policy")
     print(f"CPU used by other processes before: {foreign_cpu():.2f} cores")
-    raw, raw_policy, sampler, training = [], [], [], []
+    raw, raw_policy = [], []
+    appo: dict[tuple[str, str], list[float]] = {}
     for i in range(args.repeats):
         raw.append(raw_fps(args.env, args.procs, args.seconds))
         raw_policy.append(raw_fps(args.env, args.procs, args.seconds, actions="policy", std=std))
-        sampler.append(appo_fps(args.env, args.seconds, args.warmup, extra, sampler_only=True))
-        training.append(appo_fps(args.env, args.seconds, args.warmup, extra, sampler_only=False))
-        print(
-            f"run {i}: raw {raw[-1]:.0f}  raw (policy actions) {raw_policy[-1]:.0f}  sampler {sampler[-1]:.0f}  "
-            f"training {training[-1]:.0f}",
-            flush=True,
-        )
+        line = f"run {i}: raw {raw[-1]:.0f}  raw (policy actions) {raw_policy[-1]:.0f}"
+        for variant in variants:
+            flags = extra + variant.split()
+            for mode in ("sampler", "training"):
+                value = appo_fps(args.env, args.seconds, args.warmup, flags, sampler_only=mode == "sampler")
+                appo.setdefault((variant, mode), []).append(value)
+                line += f"  {mode}{f' [{variant}]' if variant else ''} {value:.0f}"
+        print(line, flush=True)
     print(f"CPU used by other processes after: {foreign_cpu():.2f} cores")
 
     def ratio(values: list[float], base: list[float]) -> str:
@@ -183,7 +193,8 @@ def main() -> int:
 
     print(f"raw env steps/s ({args.procs} procs, action_space.sample()): {summary(raw)}")
     print(f"raw env steps/s ({args.procs} procs, policy-like actions):  {summary(raw_policy)}")
-    for name, values in (("sampler-only FPS", sampler), ("training FPS", training)):
+    for (variant, mode), values in appo.items():
+        name = ("sampler-only FPS" if mode == "sampler" else "training FPS") + (f" [{variant}]" if variant else "")
         print(
             f"{name + ':':<18}{summary(values)}  ratio to raw {ratio(values, raw)}, "
             f"to raw with policy-like actions {ratio(values, raw_policy)}"

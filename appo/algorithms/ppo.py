@@ -26,6 +26,12 @@ class PPO(Algorithm):
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
         )
+        # Centre and half-width of the action box, for the bounds loss (None: discrete or unbounded actions).
+        self.box: tuple[Tensor, Tensor] | None = None
+        bounds = getattr(model, "action_bounds", None)
+        if bounds is not None:
+            low, high = (torch.as_tensor(b, device=device) for b in bounds)
+            self.box = ((high + low) / 2, ((high - low) / 2).clamp(min=1e-6))
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict()}
@@ -126,7 +132,9 @@ class PPO(Algorithm):
         old_values: Tensor,
         adv: Tensor,
         targets: Tensor,
+        mean: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
+        """PPO's total loss; `mean`: the Gaussian means [n, A] of these steps, for the bounds loss."""
         cfg = self.cfg
         if cfg.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -137,6 +145,10 @@ class PPO(Algorithm):
         e_loss = entropy_loss(entropy)
         loss = p_loss + cfg.value_loss_coeff * v_loss + cfg.exploration_loss_coeff * e_loss
         stats = {"policy_loss": p_loss.item(), "value_loss": v_loss.item(), "entropy": -e_loss.item()}
+        if cfg.bounds_loss_coeff > 0 and self.box is not None and mean is not None:
+            b_loss = bounds_loss(mean, *self.box)
+            loss = loss + cfg.bounds_loss_coeff * b_loss
+            stats["bounds_loss"] = b_loss.item()
         stats |= {"kl": p_stats["approx_kl"].item(), "clip_fraction": p_stats["clip_fraction"].item()}
         return loss, stats
 
@@ -156,6 +168,7 @@ class PPO(Algorithm):
             b["values"][n, t],
             adv_all[n, t],
             ret_all[n, t],
+            _mean(out.dist),
         )
 
     def _trajectory_loss(
@@ -176,7 +189,24 @@ class PPO(Algorithm):
                 update_finite(self.model.returns_normalizer, targets)
         else:
             adv, targets = adv_all[idx], ret_all[idx]
-        return self._loss(out.log_probs, old_log_probs, out.entropy, out.values, b["values"][idx], adv, targets)
+        old_values = b["values"][idx]
+        return self._loss(
+            out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, _mean(out.dist)
+        )
+
+
+def _mean(dist: Any) -> Tensor | None:
+    """The Gaussian means [n, A] of a distribution over n steps; None for a categorical one."""
+    return getattr(dist, "mean", None)
+
+
+def bounds_loss(mean: Tensor, centre: Tensor, half_width: Tensor) -> Tensor:
+    """Mean over steps of the squared excess of each Gaussian mean beyond the action box, in half-widths:
+    0 inside the box. The env sees clipped actions, so a mean outside the box gets no gradient from the
+    returns (every sample near it clips to the same action) and drifts; navigation2d, whose reward has no action
+    cost, was seen to walk away from its goals for good that way (rl_games' bounds_loss plays the same role)."""
+    excess = ((mean - centre).abs() - half_width).clamp(min=0.0) / half_width
+    return excess.pow(2).sum(-1).mean()
 
 
 def update_finite(normalizer: Any, x: Tensor) -> None:

@@ -19,6 +19,9 @@ class PpoCfg:
     value_loss_coeff: float = flag(0.5, "weight of the value loss")
     exploration_loss_coeff: float = flag(0.003, "weight of the entropy bonus")
     normalize_advantage: bool = flag(True, "normalise advantages per minibatch")
+    bounds_loss_coeff: float = flag(
+        0.0, "weight of a penalty on Gaussian means outside the action box (squared excess in half-ranges)"
+    )
 
 
 # What PBT may perturb, with its range and kind ("scale": multiplied/divided; "discount": 1 - value is).

@@ -19,6 +19,11 @@ BUDGET = [
     "--seed=3",
     "--report_interval=5",
     "--meta_test_interval=100000",
+    # The torch forward pass in the policy worker, as when this test was written: this single-seed result
+    # depends on the run's random stream. With numpy acting (the default since issue 20, same function and
+    # same distribution, another stream) seed 3 diverges; with torch, seeds 4 and 5 diverge. That fragility
+    # is issue 19's to fix (a multi-seed adaptation test comes with it); docs/benchmarks.md has the runs.
+    "--numpy_inference=False",
 ]
 
 
