@@ -55,7 +55,8 @@ def find(title: str, timeout: float = 60) -> psutil.Process:
 
 
 def steps_in(log: Path) -> int:
-    found = re.findall(r"INFO steps (\d+)", log.read_text())
+    """Env steps on the run's last status line; 0 before the first (or before the log exists)."""
+    found = re.findall(r"INFO steps (\d+)", log.read_text() if log.exists() else "")
     return int(found[-1]) if found else 0
 
 
