@@ -61,27 +61,33 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
     from appo.algorithms import algorithm_class
 
     extra = algorithm_class(cfg.algo).trajectory_fields(cfg, obs_space, action_space)
+    fillable = actor_fields(cfg, obs_space)
     clash = sorted(set(extra) & set(engine))
-    unknown = sorted(set(extra) - set(actor_fields(cfg)) - set(engine))
+    unknown = sorted(set(extra) - set(fillable) - set(engine))
     if clash or unknown:
         raise ValueError(
             f"--algo={cfg.algo}: trajectory fields {clash or unknown} are "
-            + ("the engine's own" if clash else f"not ones actor workers fill ({', '.join(actor_fields(cfg))})")
+            + ("the engine's own" if clash else f"not ones actor workers fill ({', '.join(fillable)})")
         )
-    return engine | {name: actor_fields(cfg)[name] for name in extra}
+    return engine | {name: fillable[name] for name in extra}
 
 
-def actor_fields(cfg: Cfg) -> dict[str, TensorSpec]:
+def actor_fields(cfg: Cfg, obs_space: gym.Space | None = None) -> dict[str, TensorSpec]:
     """Per-step fields an algorithm may ask for (Algorithm.trajectory_fields), which actor workers then fill
     (appo/sampling/env_runner.py): the task each step ran (its index in the train split, -1 for envs without
     tasks), the episode it belongs to (unique in the run: global env index << 32 | the env's episode count),
-    and the weight set that acted (appo/control.py)."""
+    the weight set that acted (appo/control.py), and (given the observation space) `final_obs`: the observation
+    the env returned at a step that ended its episode, which obs[t + 1] does not hold (it is the next episode's
+    first); written only at those steps, poison elsewhere."""
     T = cfg.rollout
-    return {
+    fields = {
         "task_ids": TensorSpec((T,), torch.int64),
         "episode_ids": TensorSpec((T,), torch.int64),
         "weight_sets": TensorSpec((T,), torch.int64),
     }
+    if obs_space is not None:
+        fields["final_obs"] = TensorSpec((T, *obs_space.shape), torch.float32)
+    return fields
 
 
 def allocate_trajectories(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from appo.algorithms import algorithm_spec, flag_groups
+from appo.algorithms import ALGORITHMS, algorithm_defaults, algorithm_spec, flag_groups
 from appo.flags import flag as _f
 
 
@@ -66,7 +66,7 @@ class SamplingCfg:
 
 @dataclass
 class LearningCfg:
-    algo: str = _f("appo", "training algorithm (appo/algorithms): appo")
+    algo: str = _f("appo", f"training algorithm (appo/algorithms): {', '.join(ALGORITHMS)}")
     batch_size: int = _f(1024, "minibatch: env steps per SGD step")
     num_batches_per_epoch: int = _f(1, "minibatches per epoch; an iteration trains on their sum")
     num_epochs: int = _f(1, "passes over each iteration's experience")
@@ -197,12 +197,15 @@ def make_cfg(overrides: dict[str, Any], cls: type = Cfg) -> Cfg:
 
 
 def merge_cfg(explicit: dict[str, Any], saved: dict[str, Any] | None, cls: type = Cfg) -> Cfg:
-    """Apply the precedence order: defaults < env preset < saved cfg.json < explicit flags."""
+    """Apply the precedence order: defaults < env preset < the algorithm's defaults < saved cfg.json < explicit
+    flags. Presets are tuned for PPO; an algorithm's own defaults of shared flags (SAC's --batch_size=256) win."""
     from envs.presets import env_preset  # envs/ knows its envs; cfg does not
 
     env_name = explicit.get("env") or (saved or {}).get("env") or Cfg.env
+    algo = explicit.get("algo") or (saved or {}).get("algo") or Cfg.algo
     values: dict[str, Any] = {}
     values.update(env_preset(env_name))
+    values.update(algorithm_defaults(algo))
     if saved:
         names = {f.name for f in fields(cls)}
         values.update({k: v for k, v in saved.items() if k in names and k not in SESSION_FLAGS})

@@ -217,9 +217,14 @@ class ActorCritic(nn.Module):
         return self.act(obs, rnn_states, deterministic=True).values
 
 
-def make_model(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space, kind: str = "actor_critic") -> nn.Module:
-    """Build the model registered as `kind` (see `register_model`) for these spaces; ValueError for an unknown
-    kind."""
+def make_model(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space, kind: str | None = None) -> nn.Module:
+    """Build the model registered as `kind` (see `register_model`) for these spaces; None: the model the run's
+    algorithm (cfg.algo) trains and acts with, so every component (actors, evaluator, enjoy.py, weight stores)
+    builds the same one. ValueError for an unknown kind, or for spaces the model cannot serve."""
+    if kind is None:
+        from appo.algorithms import model_kind  # imports the algorithm, which registers its model
+
+        kind = model_kind(cfg.algo)
     if kind not in MODELS:
         raise ValueError(f"unknown model kind {kind!r}; registered: {', '.join(sorted(MODELS))}")
     return MODELS[kind](cfg, obs_space, action_space)

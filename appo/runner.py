@@ -177,7 +177,11 @@ def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> None:
     before anything starts (a learner failing later would leave a half-started run)."""
     from appo.checkpoint import load_latest
 
-    template = make_model(cfg, *spaces)
+    try:
+        template = make_model(cfg, *spaces)
+    except ValueError as exc:  # spaces the algorithm's model cannot serve (SAC on discrete actions)
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     for policy_id in range(cfg.num_policies):
         loaded = load_latest(checkpoint_dir(experiment_dir(cfg), policy_id))
         if loaded is None:

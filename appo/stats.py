@@ -15,6 +15,8 @@ from envs.wrappers import task_bucket
 
 FPS_WINDOWS = (10, 60, 300)  # seconds
 RETURN_WINDOW = 100  # episodes averaged for the return statistics
+# Learner statistics written under perf/ rather than train/ (besides policy_lag_*).
+PERF_KEYS = {"dropped_trajectories", "updates_per_env_step", "updates_per_sec", "replay_size"}
 
 
 class PolicyStats:
@@ -181,7 +183,7 @@ class SummaryWriters:
             if not math.isnan(fps):
                 writer.add_scalar("perf/fps", fps, step)
             for key, value in p.train.items():
-                group = "perf" if key.startswith("policy_lag") or key == "dropped_trajectories" else "train"
+                group = "perf" if key.startswith("policy_lag") or key in PERF_KEYS else "train"
                 writer.add_scalar(f"{group}/{key}", value, step)
             writer.add_scalar("train/version", p.version, step)
             writer.add_scalar("stats/worker_restarts", stats.restarts, step)

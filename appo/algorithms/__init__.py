@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from appo.algorithms.ppo_flags import PPO_PBT_RANGES, PpoCfg, verify_ppo
+from appo.algorithms.sac_flags import SAC_DEFAULTS, SAC_PBT_RANGES, SacCfg, verify_sac
 
 
 class AlgorithmSpec(NamedTuple):
@@ -22,6 +23,8 @@ class AlgorithmSpec(NamedTuple):
     pbt_ranges: dict[str, tuple[float, float, str]]  # hyperparameter -> (lowest, highest, "scale" | "discount")
     verify: Callable[[Any], list[str]]  # its flags' errors, one line each
     summary: str
+    # Shared flags whose default this algorithm changes (applied above env presets: appo/cfg.py merge_cfg).
+    defaults: dict[str, Any] = {}
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -43,6 +46,17 @@ register(
         "asynchronous PPO: clipped surrogate, V-trace or GAE targets, Adam",
     )
 )
+register(
+    AlgorithmSpec(
+        "sac",
+        "appo.algorithms.sac:SAC",
+        SacCfg,
+        SAC_PBT_RANGES,
+        verify_sac,
+        "soft actor-critic: replay, twin Q + targets, tanh-squashed Gaussian, tuned entropy",
+        SAC_DEFAULTS,
+    )
+)
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec:
@@ -51,6 +65,17 @@ def algorithm_spec(name: str) -> AlgorithmSpec:
         return ALGORITHMS[name]
     except KeyError:
         raise ValueError(f"--algo={name}: must be one of {', '.join(sorted(ALGORITHMS))}") from None
+
+
+def algorithm_defaults(name: str) -> dict[str, Any]:
+    """The shared-flag defaults algorithm `name` changes; empty for an unknown name (verify reports it)."""
+    spec = ALGORITHMS.get(name)
+    return dict(spec.defaults) if spec is not None else {}
+
+
+def model_kind(name: str) -> str:
+    """The model kind (appo.model.MODELS) the algorithm `name` trains and acts with (this imports torch)."""
+    return algorithm_class(name).model_kind
 
 
 def algorithm_class(name: str) -> type:

@@ -8,15 +8,21 @@ What an algorithm declares, and who reads it:
   tensors beyond the engine's own (appo/buffers.py merges them into the one spec table; the batch carries
   every field of that table).
 - `consumes`: how it takes data. "fresh": whole on-policy trajectories in arrival order, those older than
-  --max_policy_lag versions dropped (appo/learning/batcher.py). Other ways (task-grouped batches, replay
-  samples) are added with the algorithms that need them.
+  --max_policy_lag versions dropped (appo/learning/batcher.py). "replay": every trajectory, one per `update`, as
+  it arrives and however old (the algorithm keeps its own replay: SAC). Other ways (task-grouped batches) are
+  added with the algorithms that need them.
 - `update(batch, env_steps) -> stats`: one training iteration on one batch.
 - `state_dict()` / `load_state_dict()`: what it needs in a checkpoint besides the model (optimizer state...).
+- `replay_state()` / `load_replay_state()`: an off-policy algorithm's replay, saved by the core beside the
+  checkpoints when the algorithm returns one (SAC's --save_replay), loaded on resume.
+- `publish`: set by the core; an algorithm that does many updates per iteration (SAC) calls it to hand the
+  actors its newest weights between them. The core publishes after every `update` anyway.
 - its flags and PBT ranges: in its registry entry (appo/algorithms/__init__.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -79,6 +85,7 @@ class Algorithm:
 
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         self.cfg, self.derived, self.model, self.device, self.guard = cfg, derived, model, device, guard
+        self.publish: Callable[[], None] = lambda: None  # the core's: new weights to the actors now
 
     @classmethod
     def trajectory_fields(cls, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
@@ -97,4 +104,11 @@ class Algorithm:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def replay_state(self) -> dict[str, Any] | None:
+        """State too large for every checkpoint (a replay), saved beside them when not None. None by default."""
+        return None
+
+    def load_replay_state(self, state: dict[str, Any]) -> None:
         pass

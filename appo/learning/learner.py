@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -37,6 +38,8 @@ from appo.pbt import initial_hparams, policy_hparams
 from utils.logging import log
 from utils.timing import Timing
 
+REPLAY_FILE = "replay.pth"  # beside the checkpoints: an off-policy algorithm's replay (--save_replay)
+
 
 class Learner:
     def __init__(
@@ -61,11 +64,14 @@ class Learner:
         self.hparams: dict[str, float] = {}
         self.set_hparams(initial_hparams(cfg) | policy_hparams(cfg).get(policy_id, {}))
         self.pbt_ops: deque[Any] = deque()  # filled by the receiving thread, applied by the training one
-        if algo_cls.consumes != "fresh":
+        if algo_cls.consumes not in ("fresh", "replay"):
             raise ValueError(f"--algo={cfg.algo}: consumes {algo_cls.consumes!r} data, which no feeder serves")
+        # "replay": every trajectory, one at a time as it arrives, however old (the algorithm keeps a replay).
+        self.is_off_policy = algo_cls.consumes == "replay"
+        self.algorithm.publish = self.publish
         self.batcher = Batcher(
             buffers,
-            derived.trajectories_per_iteration,
+            1 if self.is_off_policy else derived.trajectories_per_iteration,
             device,
             control["group_at_learner"] if control is not None else None,
             (cfg.worker_num_splits, derived.slot_groups_per_split),
@@ -98,6 +104,8 @@ class Learner:
                 self.set_hparams(state["hparams"])
             if "random_states" in state:
                 set_random_states(state["random_states"])
+            if (self.ckpt_dir / REPLAY_FILE).is_file():
+                self.algorithm.load_replay_state(load_checkpoint(self.ckpt_dir / REPLAY_FILE, self.device))
             log.info(
                 "learner %d resumed from %s (version %d, %d env steps)",
                 self.policy_id,
@@ -173,7 +181,17 @@ class Learner:
     # --- checkpoints --------------------------------------------------------------------------------
     def save(self) -> Path:
         self.last_save = time.monotonic()
-        return save_checkpoint(self.ckpt_dir, self.state(), self.version, self.env_steps, self.cfg.keep_checkpoints)
+        path = save_checkpoint(self.ckpt_dir, self.state(), self.version, self.env_steps, self.cfg.keep_checkpoints)
+        replay = self.algorithm.replay_state()  # an off-policy algorithm's replay, when asked to keep it
+        if replay is not None:
+            save_snapshot(replay, self.ckpt_dir / REPLAY_FILE)
+        return path
+
+    def publish(self) -> None:
+        """Hand the newest weights to the actors as a new version (after each iteration, and whenever an
+        algorithm doing many updates per iteration asks)."""
+        self.version += 1
+        self.params.publish(self.model, self.version)
 
     def maybe_save(self) -> None:
         if time.monotonic() - self.last_save >= self.cfg.save_every_sec:
@@ -197,12 +215,17 @@ class Learner:
         if not self.batcher.is_ready():
             return None
         with self.timing.add_time("batch"):
-            batch = self.batcher.take(self.version, self.cfg.max_policy_lag)
+            batch = self.batcher.take(self.version, self.max_policy_lag)
         self.env_steps += batch.env_steps
         self.dropped += batch.dropped
         return batch
 
     # --- training -----------------------------------------------------------------------------------
+    @property
+    def max_policy_lag(self) -> int:
+        """Versions a trajectory may lag and still be trained on: unlimited for an off-policy algorithm."""
+        return sys.maxsize if self.is_off_policy else self.cfg.max_policy_lag
+
     def train(self, batch: Batch) -> TrainReport:
         """One iteration of the algorithm on `batch`, then publish the new weights and version. Policy lag is
         checked again here, against the version being trained: a PBT replacement between taking the batch
@@ -214,9 +237,8 @@ class Learner:
             with self.timing.add_time("train"):
                 stats = self.algorithm.update(tensors, self.env_steps)
             stats["train_seconds"] = time.monotonic() - began
-            self.version += 1
             with self.timing.add_time("publish"):
-                self.params.publish(self.model, self.version)
+                self.publish()
         if lag.numel():
             lag = lag.float()
             stats |= {"policy_lag_min": lag.min().item(), "policy_lag_avg": lag.mean().item()}
@@ -229,7 +251,7 @@ class Learner:
         """The batch's trajectories within --max_policy_lag of the current version, and their lag [n * T]."""
         versions = batch.tensors["policy_versions"]
         lag = self.version - versions
-        keep = lag.max(dim=1).values <= self.cfg.max_policy_lag if lag.numel() else torch.ones(0, dtype=torch.bool)
+        keep = lag.max(dim=1).values <= self.max_policy_lag if lag.numel() else torch.ones(0, dtype=torch.bool)
         if bool(keep.all()):
             return batch.tensors, lag.flatten()
         self.dropped += int((~keep).sum())

@@ -70,6 +70,7 @@ class EnvRunner:
         self.episode_count = np.zeros(self.num_envs, dtype=np.int64)
         # Per-step fields the algorithm asked for (appo/buffers.py actor_fields) that this runner fills.
         self.extra_fields = [name for name in ("task_ids", "episode_ids", "weight_sets") if name in buffers]
+        self.final_obs = buffers.get("final_obs")  # where episodes' last observations go (off-policy learners)
         self.env_task = np.full(self.num_envs, -1, dtype=np.int64)  # index in the train tasks; -1: no tasks
         self.task_assigners: list[TaskAssigner | None] = [None] * self.num_envs  # per env; None: no tasks
         self.last_trial_return: list[float | None] = [None] * self.num_envs  # fed to the assigner
@@ -228,11 +229,15 @@ class EnvRunner:
                     trial = info.get("trial")
                     if trial is not None:
                         trials[i] = trial
+                    if self.final_obs is not None:
+                        self.final_obs[self.first + i, t] = obs  # before the reset replaces it
                     obs = self._reset_env(i, trial)
             except Exception as exc:  # a broken env must not take the worker (and the run) down
                 obs, reward = self._recover_env(i, exc), 0.0
                 dones[i] = truncs[i] = 1.0  # cut the episode; bootstrap it like a time limit
                 failed.append(i)
+                if self.final_obs is not None:  # the step never happened: bootstrap from where it started
+                    self.final_obs[self.first + i, t] = obs_out[self.first + i, t]
             rewards[i] = reward
             obs_out[self.first + i, t + 1] = obs
         if failed or self.env_errors.any():
@@ -318,6 +323,8 @@ class EnvRunner:
             return  # the new episode starts with the new rollout already
         self.buf["dones"][slot, T - 1] = 1.0
         self.buf["truncated"][slot, T - 1] = 1.0
+        if self.final_obs is not None:
+            self.final_obs[slot, T - 1] = self.buf["obs"][slot, T]  # the env was not reset there: the true next obs
         try:
             obs = self._reset_env(i)
         except Exception as exc:

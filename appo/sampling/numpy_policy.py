@@ -11,8 +11,9 @@ buffer) and resets it at episode ends, as for the torch path.
 
 Only exactly `ActorCritic` with exactly a `GRUCell` or `LSTMCell` core (or none) is supported
 (`NumpyPolicy.supports`): a subclass or another registered model may compute anything, and running it as this
-network would act with a different policy than the one being trained without any error. Other models and GPU
-policy workers keep the torch path.
+network would act with a different policy than the one being trained without any error. SAC's
+`SquashedGaussianActor` has its own numpy pass (`NumpySquashedGaussian`); `make_numpy_policy` picks the one that
+fits. Other models and GPU policy workers keep the torch path.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from appo.model import ActorCritic
+from appo.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
 
 HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
 _ACTIVATIONS = {
@@ -356,3 +358,65 @@ def _sample(
     actions = params + std * noise
     log_probs = -0.5 * np.square(noise).sum(axis=-1) - log_prob_const
     return actions.astype(np.float32), log_probs.astype(np.float32), values.astype(np.float32)
+
+
+class NumpySquashedGaussian:
+    """`SquashedGaussianActor.act` in numpy (SAC's actor): relu trunk, mean and log-std heads (the log-std squashed
+    into its range as in torch), a = tanh(mean + std * noise) scaled to the env's box, with the tanh-corrected
+    log-prob. Uniform random actions while the weights have had no update (`updates == 0`: the warm-up of
+    --learning_starts); deterministic acting is tanh(mean). Same interface as NumpyPolicy."""
+
+    def __init__(self, model: SquashedGaussianActor, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.load(model)
+
+    @staticmethod
+    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
+        return (
+            torch.device(device).type == "cpu"
+            and type(model) is SquashedGaussianActor
+            and _mlp_unsupported(model.trunk, "the trunk") is None
+        )
+
+    def load(self, model: SquashedGaussianActor) -> None:
+        """Copy the weights (call after every pull)."""
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"NumpySquashedGaussian cannot run {type(model).__qualname__}")
+        self.layers = _mlp_layers(model.trunk)
+        # Both heads as one matmul: [mean | raw log-std].
+        self.head_w = np.concatenate([_f32(model.mean_head.weight).T, _f32(model.log_std_head.weight).T], axis=1)
+        self.head_b = np.concatenate([_f32(model.mean_head.bias), _f32(model.log_std_head.bias)])
+        self.scale, self.bias = _f32(model.action_scale), _f32(model.action_bias)
+        self.is_warmup = int(model.updates) == 0
+
+    def act(self, obs: np.ndarray, rnn_states: np.ndarray | None = None, deterministic: bool = False) -> NumpyActOutput:
+        """Env-scale actions [B, A], log-probs of their [-1, 1] form [B], zero values, `rnn_states` passed through."""
+        x = _run(self.layers, obs.reshape(len(obs), -1).astype(np.float32, copy=False))
+        out = x @ self.head_w + self.head_b
+        A = len(self.scale)
+        mean = out[:, :A]
+        if deterministic:
+            a, log_probs = np.tanh(mean), np.zeros(len(obs), dtype=np.float32)
+        elif self.is_warmup:
+            a = self.rng.uniform(-1.0, 1.0, mean.shape).astype(np.float32)
+            log_probs = np.full(len(obs), -A * np.log(2.0), dtype=np.float32)
+        else:
+            log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(out[:, A:]) + 1.0)
+            noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
+            u = mean + np.exp(log_std) * noise
+            a = np.tanh(u)
+            gaussian = (-0.5 * np.square(noise) - log_std - HALF_LOG_2PI).sum(-1)
+            log_det = (2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u))).sum(-1)
+            log_probs = gaussian - log_det
+        actions = (a * self.scale + self.bias).astype(np.float32)
+        return NumpyActOutput(actions, log_probs.astype(np.float32), np.zeros(len(obs), np.float32), rnn_states)
+
+
+def make_numpy_policy(
+    model: torch.nn.Module, device: str | torch.device, seed: int
+) -> NumpyPolicy | NumpySquashedGaussian | None:
+    """The numpy pass that computes `model`'s act on `device`, or None (then the torch path acts)."""
+    for cls in (NumpyPolicy, NumpySquashedGaussian):
+        if cls.supports(model, device):
+            return cls(model, seed)  # type: ignore[arg-type]
+    return None

@@ -22,7 +22,7 @@ from appo.learning.param_sync import ParamStore
 from appo.messages import ActionsReady, InferenceRequest, Stop
 from appo.model import make_model
 from appo.processes import component_main
-from appo.sampling.numpy_policy import NumpyPolicy, NumpyPolicyStack
+from appo.sampling.numpy_policy import NumpyPolicy, NumpyPolicyStack, NumpySquashedGaussian, make_numpy_policy
 from appo.wiring import Queues, policy_queue, send
 from utils.timing import Timing
 
@@ -50,15 +50,15 @@ class PolicyWorker:
         self.policies = list(range(len(self.stores))) if isinstance(params, list) else [policy_id]
         self.models = [make_model(cfg, *spaces).to(device).eval() for _ in self.stores]
         self.versions = [-1] * len(self.stores)
-        self.fast: list[NumpyPolicy | None] = [
-            NumpyPolicy(m, cfg.seed * 1009 + policy_id * 101 + k + stream * 7919)
-            if cfg.numpy_inference and NumpyPolicy.supports(m, device)
+        self.fast: list[NumpyPolicy | NumpySquashedGaussian | None] = [
+            make_numpy_policy(m, device, cfg.seed * 1009 + policy_id * 101 + k + stream * 7919)
+            if cfg.numpy_inference
             else None
             for k, m in enumerate(self.models)
         ]
         self.slot_policy = control["slot_policy"].numpy() if control is not None and len(self.stores) > 1 else None
         # Serving a population on the numpy path: one pass over the stacked weights of every policy.
-        members = [f for f in self.fast if f is not None]
+        members = [f for f in self.fast if type(f) is NumpyPolicy]
         stackable = self.slot_policy is not None and len(members) == len(self.fast)
         self.stack = NumpyPolicyStack(members, cfg.seed * 1009 + 7 + stream * 7919) if stackable else None
         self.timing = Timing()
