@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from appo.cfg import Cfg, Derived
+from appo.cfg import Cfg, Derived, learner_devices
 from appo.learning.param_sync import ParamStore
 from appo.messages import Stop
 from appo.model import make_model
@@ -32,6 +32,7 @@ from utils.paths import checkpoint_dir
 
 class Topology(NamedTuple):
     learners: tuple[int, ...]  # policy ids, one learner each
+    learner_devices: tuple[str, ...]  # the device of each of a policy's learner ranks (--learner_world_size)
     policy_workers: tuple[tuple[int, int], ...]  # (policy whose queue it reads, index); none when actors act
     shared_policy_workers: bool  # one set of policy workers serves every policy (queue of policy 0)
     actors_act: bool  # actor workers answer their own inference requests
@@ -53,6 +54,7 @@ def plan(cfg: Cfg) -> Topology:
     served = [] if acting else [0] if shared else list(range(cfg.num_policies))
     return Topology(
         learners=tuple(range(cfg.num_policies)),
+        learner_devices=tuple(learner_devices(cfg)),
         policy_workers=tuple((p, i) for p in served for i in range(cfg.policy_workers_per_policy)),
         shared_policy_workers=shared,
         actors_act=acting,
@@ -83,6 +85,7 @@ class LocalBackend:
         self.params = [ParamStore(template) for _ in range(cfg.num_policies)]
         self.queues: Queues = wire(cfg.num_workers, cfg.num_policies)
         self.sup: Supervisor | None = None
+        self.links: list[Any] = []  # per policy, with several learner ranks: what its ranks share
 
     @property
     def restarts(self) -> int:
@@ -90,7 +93,6 @@ class LocalBackend:
 
     def start(self) -> None:
         """Start learners first (they publish weights), then policy workers, actor workers, the evaluator."""
-        from appo.learning.learner_process import run_learner
         from appo.sampling.actor_worker import run_actor_worker
         from appo.sampling.policy_worker import run_policy_worker
 
@@ -101,9 +103,7 @@ class LocalBackend:
             spawn_context(), heartbeats, q, cfg.worker_stuck_timeout, cfg.policy_workers_per_policy
         )
         for p in topo.learners:
-            args = (*common, p, self.buffers, self.params[p], self.spaces, checkpoint_dir(self.exp_dir, p))
-            args += (self.device, self.control, q)
-            sup.add("learners", f"learner_{p}", run_learner, lambda _inc, a=args: a)
+            self.start_learner_ranks(p)
         for p, i in topo.policy_workers:
             params = self.params if topo.shared_policy_workers else self.params[p]
             args = (*common, p, i, self.buffers, params, self.spaces, self.device, self.control, q)
@@ -120,6 +120,26 @@ class LocalBackend:
             from appo.evaluator import run_evaluator
 
             sup.add("evaluators", "evaluator", run_evaluator, lambda _inc: (cfg, self.spaces, self.params, q))
+
+    def start_learner_ranks(self, p: int) -> None:
+        """The learner of policy `p`: one process, or rank 0 (which takes the batches, publishes, saves and reports)
+        and ranks 1..G-1, none of them restartable: a dead rank stops the run, which resumes from rank 0's
+        checkpoint when started again."""
+        from appo.learning.distributed import RankLink, backend_for
+        from appo.learning.learner_process import rank_name, run_learner, run_learner_rank
+
+        devices, ckpt_dir = list(self.topology.learner_devices), checkpoint_dir(self.exp_dir, p)
+        link = RankLink(len(devices), backend_for(devices)) if len(devices) > 1 else None
+        if link is not None:
+            self.links.append(link)
+            log.info("learner %d: %d ranks on %s (%s)", p, len(devices), ", ".join(devices), link.backend)
+        common = (self.cfg, self.derived, p)
+        args = (*common, self.buffers, self.params[p], self.spaces, ckpt_dir, devices[0], self.control, self.queues)
+        assert self.sup is not None
+        self.sup.add("learners", rank_name(p, 0), run_learner, lambda _inc, a=(*args, link): a)
+        for rank in range(1, len(devices)):
+            args = (*common, rank, self.buffers, self.spaces, ckpt_dir, devices[rank], self.control, self.queues, link)
+            self.sup.add("learners", rank_name(p, rank), run_learner_rank, lambda _inc, a=args: a)
 
     def poll(self, timeout: float) -> list[Any]:
         """Messages for the driver that arrived within `timeout` seconds."""
@@ -142,7 +162,7 @@ class LocalBackend:
         """Stop actors, then policy workers, then learners (which save a final checkpoint), then the evaluator,
         after one last evaluation of the weights the learners saved."""
         if self.sup is None:
-            close_all(self.queues)
+            self.close_queues()
             return
         queues, stop = self.queues, Stop("driver")
         for kind, targets in (
@@ -161,7 +181,12 @@ class LocalBackend:
             if forced:
                 log.warning("had to terminate: %s", ", ".join(forced))
             driver.on_messages(self.poll(0.0))
-        close_all(queues)
+        self.close_queues()
+
+    def close_queues(self) -> None:
+        close_all(self.queues)
+        for link in self.links:
+            link.close()
 
     def final_evaluation(self, driver: Any, timeout: float = 120.0) -> None:
         """One last evaluation of every policy's newest weights, so every run ends with eval summaries."""

@@ -12,6 +12,8 @@ import argparse
 import dataclasses
 import json
 import math
+import os
+import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -81,6 +83,8 @@ class LearningCfg:
     async_rl: bool = _f(True, "collect while training (off: synchronous PPO, zero policy lag)")
     max_policy_lag: int = _f(100, "drop experience more than this many policy versions old")
     num_minibatches_to_accumulate: int = _f(2, "iterations of experience that may wait for the learner")
+    learner_world_size: int = _f(1, "data-parallel learner processes per policy (DDP; gloo on CPU, nccl on GPUs)")
+    learner_devices: str = _f("", "device of each learner rank, comma-separated (cuda:0,cuda:0); empty: one each")
 
 
 @dataclass
@@ -147,7 +151,7 @@ GROUPS: list[tuple[str, type]] = [
     ("population-based training", PbtCfg),
 ]
 # Flags that only steer this session and are never taken from a saved cfg.json on resume.
-SESSION_FLAGS = {"train_for_seconds", "serial_mode", "log_level", "device"}
+SESSION_FLAGS = {"train_for_seconds", "serial_mode", "log_level", "device", "learner_devices"}
 
 
 def _str2bool(value: str) -> bool:
@@ -353,6 +357,7 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(f"--device={cfg.device}: must be auto, cpu, cuda or cuda:N")
     if not cfg.experiment or "/" in cfg.experiment:
         errors.append(f"--experiment={cfg.experiment!r}: must be a non-empty name without '/'")
+    errors += verify_learner_ranks(cfg, d)
     from appo.pbt import verify_pbt
 
     return errors + verify_pbt(cfg)
@@ -365,6 +370,68 @@ def verify_or_exit(cfg: Cfg) -> None:
         for line in errors:
             print(f"error: {line}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def learner_devices(cfg: Cfg) -> list[str]:
+    """The device of each learner rank: --learner_devices; else the learners' device (--device) for one rank,
+    and for several cuda:N, cuda:N+1, ... from it on a GPU, the CPU for every rank otherwise."""
+    if cfg.learner_devices:
+        return [d.strip() for d in cfg.learner_devices.split(",")]
+    device, size = resolve_device(cfg), cfg.learner_world_size
+    if size > 1 and device.startswith("cuda"):
+        first = int(device.partition(":")[2] or 0)
+        return [f"cuda:{first + r}" for r in range(size)]
+    return [device] * size
+
+
+def verify_learner_ranks(cfg: Cfg, d: Derived) -> list[str]:
+    """--learner_world_size and --learner_devices: one line per problem."""
+    size = cfg.learner_world_size
+    flag = f"--learner_world_size={size}"
+    if size < 1:
+        return [f"{flag}: must be >= 1"]
+    errors = []
+    if size > 1 and cfg.serial_mode:
+        errors.append(f"{flag}: --serial_mode runs one learner in the driver process; use 1")
+    if size > d.trajectories_per_iteration:
+        errors.append(
+            f"{flag}: an iteration has {d.trajectories_per_iteration} trajectories (--batch_size x "
+            "--num_batches_per_epoch / --rollout); every rank needs at least one"
+        )
+    if cfg.learner_devices:
+        listed = learner_devices(cfg)
+        bad = [x for x in listed if x != "cpu" and not re.fullmatch(r"cuda(:\d+)?", x)]
+        if bad:
+            errors.append(f"--learner_devices={cfg.learner_devices}: {bad[0]!r} is not cpu, cuda or cuda:N")
+        elif len(listed) != size:
+            errors.append(f"--learner_devices={cfg.learner_devices}: {len(listed)} devices for {flag} ranks")
+        elif len({x == "cpu" for x in listed}) > 1:
+            errors.append(f"--learner_devices={cfg.learner_devices}: all ranks on the CPU or all on CUDA")
+    if errors or (size == 1 and not cfg.learner_devices):
+        return errors
+    return errors + _missing_learner_devices(cfg, learner_devices(cfg))
+
+
+def _missing_learner_devices(cfg: Cfg, devices: list[str]) -> list[str]:
+    """More GPUs named than exist, or more CPU ranks than cores: one line naming the flag."""
+    flag = (
+        f"--learner_devices={cfg.learner_devices}"
+        if cfg.learner_devices
+        else f"--learner_world_size={cfg.learner_world_size}"
+    )
+    if devices[0] == "cpu":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if len(devices) > cores:
+            return [f"{flag}: {len(devices)} CPU learner ranks on {cores} cores; use at most {cores}"]
+        return []
+    import torch
+
+    have = torch.cuda.device_count()
+    highest = max(int(x.partition(":")[2] or 0) for x in devices)
+    if highest >= have:
+        share = "" if cfg.learner_devices else "; ranks may share a GPU: --learner_devices=cuda:0,cuda:0"
+        return [f"{flag}: needs cuda:{highest}, this machine has {have} CUDA device(s){share}"]
+    return []
 
 
 def resolve_device(cfg: Cfg) -> str:

@@ -17,6 +17,7 @@ Who sends what to whom (the queues themselves are created in appo.runner.wire):
     driver        --CopyPolicy-------->  learner queue of the source (PBT replacement, step 1) ...
     learner       --LoadPolicy-------->  ... which snapshots itself and tells the target's learner (step 2)
     learner       --HyperparamsReport->  driver queue (at start: the hyperparameters a checkpoint restored)
+    learner rank 0 --ShardReady------->  inbox of learner rank r > 0 of its policy (--learner_world_size)
     driver        --EvalRequest------->  evaluator queue
     evaluator     --EvalReport-------->  driver queue
     any child     --ErrorReport------->  driver queue, then exits non-zero
@@ -158,6 +159,18 @@ class HyperparamsReport(NamedTuple):
 
     policy_id: int
     hparams: dict[str, float]
+
+
+class ShardReady(NamedTuple):
+    """To learner rank `rank` of `policy_id`, from its rank 0: copy the trajectories in `slots` (your shard of
+    batch number `batch_idx`, which counted `env_steps` env steps), then mark the batch copied
+    (appo/learning/distributed.py RankLink.copied); rank 0 releases the slot groups after every rank has."""
+
+    policy_id: int
+    rank: int
+    batch_idx: int
+    slots: tuple[int, ...]
+    env_steps: int
 
 
 class ErrorReport(NamedTuple):

@@ -128,3 +128,21 @@ class RunningMeanStd(torch.nn.Module):
     def extra_repr(self) -> str:
         """Shown by ``print(module)``."""
         return f"shape={self.shape}, epsilon={self.epsilon}, clip={self.clip}"
+
+
+def merge_moments(counts: Tensor, means: Tensor, variances: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The count, mean and population variance of the union of P parts, from each part's own: counts [P],
+    means and variances [P, *shape] (float64). Merged in part order by the formula of `RunningMeanStd.merge`
+    (Chan et al.), so it is exact, and the same inputs give bitwise the same result wherever it runs (the
+    learner ranks merge their parts of a batch this way: appo/learning/distributed.py). Empty parts (count 0)
+    change nothing. Returns (count [], mean [*shape], var [*shape])."""
+    count, mean, var = counts[0], means[0], variances[0]
+    for b_count, b_mean, b_var in zip(counts[1:], means[1:], variances[1:], strict=True):
+        total = count + b_count
+        safe_total = torch.clamp(total, min=1.0)
+        delta = b_mean - mean
+        mean = mean + delta * (b_count / safe_total)
+        m2 = var * count + b_var * b_count + delta.square() * (count * b_count / safe_total)
+        var = torch.where(total > 0, m2 / safe_total, var)
+        count = total
+    return count, mean, var

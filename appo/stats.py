@@ -16,7 +16,13 @@ from envs.wrappers import task_bucket
 FPS_WINDOWS = (10, 60, 300)  # seconds
 RETURN_WINDOW = 100  # episodes averaged for the return statistics
 # Learner statistics written under perf/ rather than train/ (besides policy_lag_*).
-PERF_KEYS = {"dropped_trajectories", "updates_per_env_step", "updates_per_sec", "replay_size"}
+PERF_KEYS = {
+    "dropped_trajectories",
+    "updates_per_env_step",
+    "updates_per_sec",
+    "replay_size",
+    "learner_samples_per_sec",
+}
 
 
 class PolicyStats:

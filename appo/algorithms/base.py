@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from appo.cfg import Cfg, Derived
+from appo.learning.distributed import Ranks
 from utils.logging import log
 
 MAX_NONFINITE_IN_A_ROW = 10  # updates with NaN/inf loss or gradients in a row before the run stops
@@ -40,8 +41,11 @@ class NonFiniteGuard:
     gradient norm is NaN or inf; too many in a row end the run, leaving the last checkpoint (saved from
     finite weights) as it is."""
 
-    def __init__(self, policy_id: int, max_in_a_row: int = MAX_NONFINITE_IN_A_ROW) -> None:
+    def __init__(self, policy_id: int, max_in_a_row: int = MAX_NONFINITE_IN_A_ROW, ranks: Ranks | None = None) -> None:
         self.policy_id, self.max_in_a_row = policy_id, max_in_a_row
+        # Several learner ranks skip a step together or not at all: a rank skipping alone would leave the
+        # others waiting in the next gradient all-reduce (appo/learning/distributed.py).
+        self.ranks = ranks if ranks is not None else Ranks()
         self.skipped = 0
         self.in_a_row = 0
 
@@ -50,9 +54,10 @@ class NonFiniteGuard:
     ) -> float:
         """One optimizer step on `loss`; returns the gradient norm, or NaN when the step was skipped."""
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        with self.ranks.timed("backward"):
+            loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
-        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+        if not self.ranks.all_ok(bool(torch.isfinite(loss) and torch.isfinite(grad_norm))):
             self._skip(loss, grad_norm)
             optimizer.zero_grad(set_to_none=True)
             return float("nan")
@@ -85,12 +90,22 @@ class Algorithm:
 
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         self.cfg, self.derived, self.model, self.device, self.guard = cfg, derived, model, device, guard
+        # The learner ranks of this policy (one by default) and the module the loss runs through: the model, or
+        # its DistributedDataParallel wrapper on several ranks (set_ranks, called by the learner core).
+        self.ranks = guard.ranks
+        self.train_model: nn.Module = model
         self.publish: Callable[[], None] = lambda: None  # the core's: new weights to the actors now
 
     @classmethod
     def trajectory_fields(cls, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
         """Extra per-step tensors: name -> appo.buffers.TensorSpec (per-slot shape, dtype). None by default."""
         return {}
+
+    def set_ranks(self, ranks: Ranks) -> None:
+        """Train together with the other ranks of `ranks` (after the checkpoint is loaded: DDP starts every rank
+        from rank 0's weights)."""
+        self.ranks = ranks
+        self.train_model = ranks.wrap(self.model)
 
     def set_cfg(self, cfg: Cfg) -> None:
         """The cfg with this policy's current hyperparameters (PBT changes them between iterations)."""

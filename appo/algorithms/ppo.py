@@ -2,11 +2,20 @@
 (Schulman et al. 2016) targets, and Adam. The math itself is the pure functions of appo/learning/returns.py and
 appo/learning/losses.py; this class decides what to feed them: targets once per iteration (GAE) or per
 minibatch under the current weights (V-trace, which corrects the policy lag), and minibatches of single steps
-(feed-forward, GAE) or of whole trajectories (V-trace or a recurrent core)."""
+(feed-forward, GAE) or of whole trajectories (V-trace or a recurrent core).
+
+On several learner ranks (--learner_world_size) each rank holds a contiguous part of the batch's trajectories and
+the update is still the one of the whole batch: the minibatches are drawn over the global batch (the same
+shuffle on every rank: same seed, same random state) and each rank trains on its own trajectories' part of each;
+the loss is the mean over the whole minibatch (each rank's mean weighted by its share, times G because DDP
+averages the ranks' gradients); advantage normalisation and the running normalisers use the statistics of the
+whole minibatch or batch (appo/learning/distributed.py). A rank with no sample in a minibatch still runs a
+forward and backward pass, on a zero stand-in with weight 0, because every rank must join each gradient
+all-reduce. With one rank every reduction is the identity and the arithmetic is the single learner's."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -15,6 +24,13 @@ from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.cfg import Cfg, Derived
 from appo.learning.losses import entropy_loss, policy_loss, value_loss
 from appo.learning.returns import gae, vtrace
+
+
+class Part(NamedTuple):
+    """This rank's share of a minibatch: `n` of its `n_global` steps (n = 0: a zero stand-in)."""
+
+    n: int
+    n_global: int
 
 
 class PPO(Algorithm):
@@ -44,24 +60,25 @@ class PPO(Algorithm):
         """num_epochs passes of minibatches_per_epoch minibatches over the batch."""
         cfg, model = self.cfg, self.model
         N, T = b["rewards"].shape
+        offset, n_global = self.ranks.layout(N)  # where this rank's trajectories sit in the whole batch
         lr = self._set_learning_rate(env_steps)
         if model.obs_normalizer is not None:
-            update_finite(model.obs_normalizer, b["obs"][:, :T])
+            self._update_normalizer(model.obs_normalizer, b["obs"][:, :T])
         is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
         adv_all = ret_all = None
         if not cfg.with_vtrace:
             # GAE: targets once per iteration, from the weights before this iteration's updates.
             adv_all, ret_all = self._targets(b, self._all_values(b), None)
             if model.returns_normalizer is not None:
-                update_finite(model.returns_normalizer, ret_all)
+                self._update_normalizer(model.returns_normalizer, ret_all)
         sums: dict[str, float] = {}
         count = 0
         for _ in range(cfg.num_epochs):
-            for idx in self._minibatches(N, T, is_per_step):
+            for idx, n_steps in self._minibatches(N, T, is_per_step, offset, n_global):
                 if is_per_step:
-                    loss, mb_stats = self._per_step_loss(b, idx, adv_all, ret_all)
+                    loss, mb_stats = self._per_step_loss(b, idx, adv_all, ret_all, n_steps)
                 else:
-                    loss, mb_stats = self._trajectory_loss(b, idx, adv_all, ret_all)
+                    loss, mb_stats = self._trajectory_loss(b, idx, adv_all, ret_all, n_steps)
                 grad_norm = self.guard.step(loss, list(model.parameters()), self.optimizer, cfg.max_grad_norm)
                 if grad_norm != grad_norm:  # NaN: the guard skipped this step
                     continue
@@ -69,9 +86,17 @@ class PPO(Algorithm):
                 for key, value in mb_stats.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                 count += 1
+        # Each rank's statistics are its parts of the global means; the gradient norm is every rank's already.
+        sums = self.ranks.sum_stats(sums, same_on_every_rank=("grad_norm",))
         stats = {key: value / max(count, 1) for key, value in sums.items()}
         stats["learning_rate"] = lr
         return stats
+
+    def _update_normalizer(self, normalizer: Any, x: Tensor) -> None:
+        if self.ranks.is_distributed:
+            self.ranks.update_normalizer(normalizer, x)  # every rank's part, merged exactly, finite only
+        else:
+            update_finite(normalizer, x)
 
     def _set_learning_rate(self, env_steps: int) -> float:
         lr = self.cfg.learning_rate
@@ -81,11 +106,19 @@ class PPO(Algorithm):
             group["lr"] = lr
         return lr
 
-    def _minibatches(self, N: int, T: int, is_per_step: bool) -> list[Tensor]:
-        """Indices per minibatch: single steps of the flattened [N * T] shuffled over the whole batch, or whole
-        trajectories when targets or memory need them (V-trace, RNN)."""
+    def _minibatches(self, N: int, T: int, is_per_step: bool, offset: int, n_global: int) -> list[tuple[Tensor, int]]:
+        """Per minibatch: indices into this rank's N trajectories, as single steps of the flattened [N * T]
+        shuffled over the whole batch, or whole trajectories when targets or memory need them (V-trace, RNN); and
+        the minibatch's size in steps over all ranks. The shuffle is of the global batch of `n_global`
+        trajectories (this rank's from `offset`), so a minibatch holds the same samples whatever the number of
+        ranks, and each rank takes those of its own trajectories."""
         k = self.derived.minibatches_per_epoch
-        return list(torch.randperm(N * T if is_per_step else N, device=self.device).chunk(k))
+        steps_per_index = 1 if is_per_step else T
+        chunks = torch.randperm(n_global * T if is_per_step else n_global, device=self.device).chunk(k)
+        if not self.ranks.is_distributed:
+            return [(idx, idx.numel() * steps_per_index) for idx in chunks]
+        low, high = (offset * T, (offset + N) * T) if is_per_step else (offset, offset + N)
+        return [(idx[(idx >= low) & (idx < high)] - low, idx.numel() * steps_per_index) for idx in chunks]
 
     # --- targets ------------------------------------------------------------------------------------
     def _targets(self, b: dict[str, Tensor], values_n: Tensor, log_rhos: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -116,7 +149,9 @@ class PPO(Algorithm):
 
     def _all_values(self, b: dict[str, Tensor]) -> Tensor:
         """Normalised values [N, T + 1] of every trajectory under the current weights, no grad."""
-        T = b["rewards"].shape[1]
+        N, T = b["rewards"].shape
+        if N == 0:  # a rank whose trajectories were all too old
+            return b["rewards"].new_zeros(0, T + 1)
         with torch.no_grad():
             values = self.model.values(b["obs"][:, :T], b["rnn_states"][:, :T], b["dones"], self.derived.recurrence)
             boot = self.model.value_of(b["obs"][:, T], b["rnn_states"][:, T])
@@ -132,34 +167,51 @@ class PPO(Algorithm):
         old_values: Tensor,
         adv: Tensor,
         targets: Tensor,
-        mean: Tensor | None = None,
+        mean: Tensor | None,
+        part: Part,
     ) -> tuple[Tensor, dict[str, float]]:
-        """PPO's total loss; `mean`: the Gaussian means [n, A] of these steps, for the bounds loss."""
-        cfg = self.cfg
-        if cfg.normalize_advantage and adv.numel() > 1:
+        """PPO's total loss; `mean`: the Gaussian means [n, A] of these steps, for the bounds loss; `part`: this
+        rank's share of the minibatch."""
+        cfg, ranks = self.cfg, self.ranks
+        if cfg.normalize_advantage and not ranks.is_distributed and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        elif cfg.normalize_advantage and ranks.is_distributed and part.n_global > 1:
+            adv_mean, adv_std = ranks.mean_std(adv if part.n else adv[:0])  # over the whole minibatch
+            adv = (adv - adv_mean) / (adv_std + 1e-8)
         rn = self.model.returns_normalizer
         targets_n = rn.normalize(targets) if rn is not None else targets
         p_loss, p_stats = policy_loss(log_probs, old_log_probs, adv, cfg.ppo_clip_ratio)
         v_loss = value_loss(values, old_values, targets_n, cfg.ppo_clip_value or None)
         e_loss = entropy_loss(entropy)
-        loss = p_loss + cfg.value_loss_coeff * v_loss + cfg.exploration_loss_coeff * e_loss
-        stats = {"policy_loss": p_loss.item(), "value_loss": v_loss.item(), "entropy": -e_loss.item()}
+        terms = {"policy_loss": p_loss, "value_loss": v_loss, "entropy": -e_loss}
+        terms |= {"kl": p_stats["approx_kl"], "clip_fraction": p_stats["clip_fraction"]}
         if cfg.bounds_loss_coeff > 0 and self.box is not None and mean is not None:
-            b_loss = bounds_loss(mean, *self.box)
-            loss = loss + cfg.bounds_loss_coeff * b_loss
-            stats["bounds_loss"] = b_loss.item()
-        stats |= {"kl": p_stats["approx_kl"].item(), "clip_fraction": p_stats["clip_fraction"].item()}
-        return loss, stats
+            terms["bounds_loss"] = bounds_loss(mean, *self.box)
+        # Each term is a mean over this rank's steps; weighted by its share it is this rank's part of the mean over
+        # the whole minibatch (summed over the ranks by DDP for the gradient, by sum_stats for the statistics).
+        share = part.n / part.n_global if ranks.is_distributed else 1.0
+        loss = (
+            terms["policy_loss"]
+            + cfg.value_loss_coeff * terms["value_loss"]
+            - cfg.exploration_loss_coeff * terms["entropy"]
+        )
+        if "bounds_loss" in terms:
+            loss = loss + cfg.bounds_loss_coeff * terms["bounds_loss"]
+        if ranks.is_distributed:
+            loss = loss * (share * ranks.world_size)  # times G: DDP averages the ranks' gradients
+        return loss, {key: value.item() * share for key, value in terms.items()}
 
     def _per_step_loss(
-        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor, ret_all: Tensor
+        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor, ret_all: Tensor, n_global: int
     ) -> tuple[Tensor, dict[str, float]]:
         """Minibatch of single steps (feed-forward model, GAE): idx indexes the flattened [N * T]."""
+        part = Part(idx.numel(), n_global)
+        if part.n == 0:
+            b, idx, adv_all, ret_all = _stand_in(b, adv_all, ret_all)
         T = b["rewards"].shape[1]
         n, t = idx // T, idx % T
         step = lambda key: b[key][n, t].unsqueeze(1)  # noqa: E731 - [n, 1, ...]: trajectories of one step
-        out = self.model(step("obs"), step("actions"), step("rnn_states"), step("dones"), 1)
+        out = self.train_model(step("obs"), step("actions"), step("rnn_states"), step("dones"), 1)
         return self._loss(
             out.log_probs[:, 0],
             b["log_probs"][n, t],
@@ -169,15 +221,19 @@ class PPO(Algorithm):
             adv_all[n, t],
             ret_all[n, t],
             _mean(out.dist),
+            part,
         )
 
     def _trajectory_loss(
-        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor | None, ret_all: Tensor | None
+        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor | None, ret_all: Tensor | None, n_global: int
     ) -> tuple[Tensor, dict[str, float]]:
         """Minibatch of whole trajectories (V-trace and/or RNN)."""
         T = b["rewards"].shape[1]
+        part = Part(idx.numel() * T, n_global)
+        if part.n == 0:
+            b, idx, adv_all, ret_all = _stand_in(b, adv_all, ret_all)
         obs, rnn = b["obs"][idx], b["rnn_states"][idx]
-        out = self.model(obs[:, :T], b["actions"][idx], rnn[:, :T], b["dones"][idx], self.derived.recurrence)
+        out = self.train_model(obs[:, :T], b["actions"][idx], rnn[:, :T], b["dones"][idx], self.derived.recurrence)
         old_log_probs = b["log_probs"][idx]
         if adv_all is None:
             sub = {k: b[k][idx] for k in ("rewards", "dones", "truncated")}
@@ -186,13 +242,23 @@ class PPO(Algorithm):
             values_n = torch.cat([out.values.detach(), boot.unsqueeze(1)], dim=1)
             adv, targets = self._targets(sub, values_n, out.log_probs.detach() - old_log_probs)
             if self.model.returns_normalizer is not None:
-                update_finite(self.model.returns_normalizer, targets)
+                self._update_normalizer(self.model.returns_normalizer, targets if part.n else targets[:0])
         else:
             adv, targets = adv_all[idx], ret_all[idx]
         old_values = b["values"][idx]
         return self._loss(
-            out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, _mean(out.dist)
+            out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, _mean(out.dist), part
         )
+
+
+def _stand_in(
+    b: dict[str, Tensor], adv_all: Tensor | None, ret_all: Tensor | None
+) -> tuple[dict[str, Tensor], Tensor, Tensor | None, Tensor | None]:
+    """One all-zero trajectory shaped like the batch's, with zero targets, and the index of it: what a rank with
+    no sample in a minibatch trains on with weight 0, to join the ranks' gradient all-reduce."""
+    zero = {key: value.new_zeros(1, *value.shape[1:]) for key, value in b.items()}
+    targets = None if adv_all is None else zero["rewards"]
+    return zero, torch.zeros(1, dtype=torch.int64, device=zero["rewards"].device), targets, targets
 
 
 def _mean(dist: Any) -> Tensor | None:

@@ -26,6 +26,19 @@ class Batch(NamedTuple):
     dropped: int  # trajectories dropped for policy lag
     lag: torch.Tensor  # [N * T] policy lag of every kept sample (versions behind at batch time)
     releases: list[SlotsReleased]  # groups fully copied
+    # Env steps counted up to and including this batch when it was taken: the clock of the learning-rate
+    # schedule, the same on every learner rank (-1: not set, the learner's count when it trains).
+    env_steps_total: int = -1
+
+
+class Taken(NamedTuple):
+    """A batch chosen but not yet copied: what `Batch` holds, with slot indices instead of tensors."""
+
+    index: torch.Tensor  # [N] slots of the kept trajectories, in batch order
+    env_steps: int
+    dropped: int
+    lag: torch.Tensor
+    releases: list[SlotsReleased]
 
 
 class Batcher:
@@ -59,6 +72,12 @@ class Batcher:
 
     def take(self, version: int, max_policy_lag: int) -> Batch:
         """Copy the next `trajectories_per_batch` trajectories out of shared memory."""
+        taken = self.take_slots(version, max_policy_lag)
+        return Batch(self.copy(taken.index), taken.env_steps, taken.dropped, taken.lag, taken.releases)
+
+    def take_slots(self, version: int, max_policy_lag: int) -> Taken:
+        """The slots of the next `trajectories_per_batch` trajectories, less those older than `max_policy_lag`
+        versions, without copying them (several learner ranks each copy their own: appo/learning/shards.py)."""
         slots: list[torch.Tensor] = []
         releases: list[SlotsReleased] = []
         want = self.needed
@@ -80,10 +99,13 @@ class Batcher:
         keep = lag.max(dim=1).values <= max_policy_lag
         if not bool(keep.all()):
             index, lag = index[keep], lag[keep]
-        # Every field of the spec table (appo/buffers.py), the algorithm's own included.
-        tensors = {k: v[index].to(self.device, non_blocking=True) for k, v in self.buf.items()}
         dropped = int((~keep).sum())
-        return Batch(tensors, self.needed * T, dropped, lag.flatten(), releases)
+        return Taken(index, self.needed * T, dropped, lag.flatten(), releases)
+
+    def copy(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The trajectories in slots `index` [n], every field of the spec table (appo/buffers.py), the
+        algorithm's own included, each [n, T(+1), ...] on the learner's device."""
+        return {k: v[index].to(self.device, non_blocking=True) for k, v in self.buf.items()}
 
     def mark_released(self, releases: list[SlotsReleased]) -> None:
         """Record that these groups leave the learner (just before SlotsReleased is sent), so that an actor

@@ -23,6 +23,7 @@ from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.cfg import Cfg, Derived
 from appo.checkpoint import load_checkpoint, load_latest, save_best, save_checkpoint, save_snapshot
 from appo.learning.batcher import Batch, Batcher
+from appo.learning.distributed import RankLink, Ranks, state_digest
 from appo.learning.param_sync import ParamStore
 from appo.messages import (
     CopyPolicy,
@@ -53,12 +54,20 @@ class Learner:
         ckpt_dir: Path,
         device: str,
         control: dict[str, torch.Tensor] | None = None,
+        ranks: Ranks | None = None,
+        link: RankLink | None = None,
     ) -> None:
         self.cfg, self.derived, self.policy_id, self.params = cfg, derived, policy_id, params
         self.ckpt_dir, self.device = ckpt_dir, device
+        # This policy's learner ranks (--learner_world_size; appo/learning/distributed.py). Rank 0 alone takes
+        # batches, publishes, saves and reports; `link` (rank 0's) carries each batch's shards to the others.
+        self.ranks = ranks if ranks is not None else Ranks()
+        self.is_lead = self.ranks.rank == 0
         algo_cls = algorithm_class(cfg.algo)
+        if self.ranks.is_distributed and algo_cls.consumes != "fresh":
+            raise ValueError(f"--learner_world_size={self.ranks.world_size}: --algo={cfg.algo} trains on one rank")
         self.model = make_model(cfg, *spaces, kind=algo_cls.model_kind).to(device).train()
-        self.guard = NonFiniteGuard(policy_id)
+        self.guard = NonFiniteGuard(policy_id, ranks=self.ranks)
         self.algorithm: Algorithm = algo_cls(cfg, derived, self.model, device, self.guard)
         # This policy's own values of the hyperparameters PBT may change; self.cfg always carries them.
         self.hparams: dict[str, float] = {}
@@ -83,6 +92,12 @@ class Learner:
         self.latest_return = -math.inf
         self.last_save = time.monotonic()
         self.timing = Timing()
+        self.ranks.timing = self.timing  # forward, backward and all-reduce times in the shutdown profile
+        if self.ranks.is_distributed and self.is_lead:
+            from appo.learning.shards import ShardingBatcher
+
+            assert link is not None, "rank 0 of several learner ranks needs their RankLink"
+            self.batcher = ShardingBatcher(self.batcher, link, policy_id)  # type: ignore[assignment]
         self.handlers = {
             TrajectoryReady: self.batcher.add,
             ReturnSummary: self._on_return_summary,
@@ -93,8 +108,13 @@ class Learner:
 
     # --- lifecycle ----------------------------------------------------------------------------------
     def init(self) -> None:
-        """Restore the latest readable checkpoint, if any, and publish the weights."""
-        loaded = load_latest(self.ckpt_dir, map_location=self.device)
+        """Restore the latest readable checkpoint, if any (rank 0's choice, for every rank), and publish the
+        weights."""
+        loaded = load_latest(self.ckpt_dir, map_location=self.device) if self.is_lead else None
+        if self.ranks.is_distributed:
+            chosen = self.ranks.broadcast(None if loaded is None else str(loaded[1]))
+            if not self.is_lead and chosen is not None:
+                loaded = load_checkpoint(Path(chosen), map_location=self.device), Path(chosen)
         if loaded is not None:
             state, path = loaded
             self._load_state(state)
@@ -113,7 +133,39 @@ class Learner:
                 self.version,
                 self.env_steps,
             )
+        if self.ranks.is_distributed:
+            log.info(
+                "learner %d rank %d: training state sha256 %s (%s)",
+                self.policy_id,
+                self.ranks.rank,
+                self.state_digest(),
+                f"from {loaded[1]}" if loaded is not None else "fresh",
+            )
+        self.algorithm.set_ranks(self.ranks)
+        self.check_in_step("start")
         self.params.publish(self.model, self.version)
+
+    def state_digest(self) -> str:
+        """sha256 of what must be equal on every rank: weights, normalisers, the algorithm's state (Adam's
+        moments) and the random state the minibatch shuffle draws from."""
+        rng = [torch.get_rng_state()] + ([torch.cuda.get_rng_state(self.device)] if "cuda" in self.device else [])
+        return state_digest(self.model.state_dict(), self.algorithm.state_dict(), rng)
+
+    def check_in_step(self, when: str) -> None:
+        """Several ranks: raise unless every rank holds the same training state."""
+        if not self.ranks.is_distributed:
+            return
+        digests = self.ranks.check_in_step(self.state_digest())
+        if len(set(digests)) > 1:
+            raise RuntimeError(f"learner {self.policy_id}: ranks out of step at {when}: sha256 {digests}")
+        if self.is_lead:
+            log.info(
+                "learner %d: %d ranks in step at %s (training state sha256 %s)",
+                self.policy_id,
+                len(digests),
+                when,
+                digests[0],
+            )
 
     def _load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -145,9 +197,15 @@ class Learner:
         """Carry out the PBT messages received since the last call (between training iterations, in the thread
         that trains); returns the messages to send."""
         ops = {SetHyperparams: self._on_set_hparams, CopyPolicy: self._on_copy_policy, LoadPolicy: self.load_policy}
-        out: list[Any] = []
+        received: list[Any] = []
         while self.pbt_ops:
-            msg = self.pbt_ops.popleft()
+            received.append(self.pbt_ops.popleft())
+        if self.ranks.is_distributed:
+            # Several ranks call this once per iteration, before training: rank 0's messages reach every rank at
+            # the same iteration; rank 0 alone writes the snapshot a CopyPolicy asks for.
+            received = [m for m in self.ranks.broadcast(received) if self.is_lead or type(m) is not CopyPolicy]
+        out: list[Any] = []
+        for msg in received:
             out += ops[type(msg)](msg) or []
         return out
 
@@ -194,6 +252,8 @@ class Learner:
         self.params.publish(self.model, self.version)
 
     def maybe_save(self) -> None:
+        if not self.is_lead:
+            return  # rank 0 writes every checkpoint
         if time.monotonic() - self.last_save >= self.cfg.save_every_sec:
             with self.timing.add_time("checkpoint"):
                 self.save()
@@ -218,7 +278,7 @@ class Learner:
             batch = self.batcher.take(self.version, self.max_policy_lag)
         self.env_steps += batch.env_steps
         self.dropped += batch.dropped
-        return batch
+        return batch._replace(env_steps_total=self.env_steps)
 
     # --- training -----------------------------------------------------------------------------------
     @property
@@ -232,20 +292,39 @@ class Learner:
         and training on it makes the experience of the replaced weights too old."""
         tensors, lag = self._drop_stale(batch)
         stats: dict[str, float] = {}
-        if tensors["rewards"].shape[0] > 0 and not self.cfg.sampler_only:
+        N, T = tensors["rewards"].shape
+        _, n_global = self.ranks.layout(N)  # trajectories kept on every rank together
+        if n_global > 0 and not self.cfg.sampler_only:
             began = time.monotonic()
             with self.timing.add_time("train"):
-                stats = self.algorithm.update(tensors, self.env_steps)
+                # The learning-rate schedule's clock: the env steps counted when the batch was taken (the same on
+                # every rank, whenever each trains).
+                steps = batch.env_steps_total if batch.env_steps_total >= 0 else self.env_steps
+                stats = self.algorithm.update(tensors, steps)
             stats["train_seconds"] = time.monotonic() - began
+            stats["learner_samples_per_sec"] = n_global * T / max(stats["train_seconds"], 1e-9)
             with self.timing.add_time("publish"):
                 self.publish()
-        if lag.numel():
-            lag = lag.float()
-            stats |= {"policy_lag_min": lag.min().item(), "policy_lag_avg": lag.mean().item()}
-            stats["policy_lag_max"] = lag.max().item()
+        stats |= self._lag_stats(lag)
         stats["dropped_trajectories"] = float(self.dropped)
         stats["nonfinite_updates"] = float(self.guard.skipped)
         return TrainReport(self.policy_id, self.env_steps, self.version, stats)
+
+    def _lag_stats(self, lag: torch.Tensor) -> dict[str, float]:
+        """Min, mean and max policy lag of the kept samples of every rank; empty when there are none."""
+        lag = lag.double()
+        n = lag.numel()
+        low, high = (lag.min(), lag.max()) if n else (math.inf, -math.inf)
+        rows = self.ranks.gather(torch.tensor([n, float(lag.sum()), float(low), float(high)], dtype=torch.float64))
+        count = float(rows[:, 0].sum())
+        if count == 0:
+            return {}
+        avg = float(rows[:, 1].sum()) / count
+        return {
+            "policy_lag_min": float(rows[:, 2].min()),
+            "policy_lag_avg": avg,
+            "policy_lag_max": float(rows[:, 3].max()),
+        }
 
     def _drop_stale(self, batch: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The batch's trajectories within --max_policy_lag of the current version, and their lag [n * T]."""

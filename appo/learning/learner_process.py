@@ -1,5 +1,11 @@
 """The learner's process shell: the main thread receives messages and copies the next batch out of shared
-memory while a background thread trains on the previous one (appo/learning/learner.py does the work)."""
+memory while a background thread trains on the previous one (appo/learning/learner.py does the work).
+
+With --learner_world_size=G, `run_learner` is rank 0 of the policy's G ranks and `run_learner_rank` each other
+one: its main thread copies the shards rank 0 sends (appo/learning/shards.py) and its trainer thread trains on
+them in step with rank 0's (appo/learning/distributed.py). Rank 0 forwards Stop after its last shard, so that
+every rank trains the same iterations; a rank that dies takes the others down (a collective with a dead peer
+raises; a rank waiting outside one watches the others' pids), and the driver stops the run."""
 
 from __future__ import annotations
 
@@ -13,9 +19,11 @@ import torch
 
 from appo.cfg import Cfg, Derived
 from appo.learning.batcher import Batch
+from appo.learning.distributed import RankLink, join_group, leave_group
 from appo.learning.learner import Learner
 from appo.learning.param_sync import ParamStore
-from appo.messages import Stop
+from appo.learning.shards import take_shard
+from appo.messages import ShardReady, Stop
 from appo.processes import component_main
 from appo.wiring import Queues, send
 from utils.logging import log
@@ -23,7 +31,8 @@ from utils.logging import log
 
 class TrainerThread:
     """Trains on the batches the receiving thread hands over (one waits at most), carries out PBT requests
-    between iterations, and leaves every message to send in `outbox`; a failure is kept for the main thread."""
+    between iterations, and leaves every message to send in `outbox` (rank 0's only: the other learner ranks
+    report nothing); a failure is kept for the main thread."""
 
     def __init__(self, learner: Learner) -> None:
         self.learner = learner
@@ -43,8 +52,12 @@ class TrainerThread:
                     batch = False  # no batch yet: still carry out PBT requests
                 if batch is None:
                     return
-                if learner.pbt_ops:
-                    self.outbox.put(learner.apply_pbt())
+                if learner.ranks.is_distributed:
+                    if batch is False:
+                        continue
+                    self._put(learner.apply_pbt())  # every rank, once before each iteration (a collective)
+                elif learner.pbt_ops:
+                    self._put(learner.apply_pbt())
                 if batch is False:
                     continue
                 report = learner.train(batch)
@@ -52,10 +65,14 @@ class TrainerThread:
                 # Sync mode: slots go back only now, so that every new sample is taken with new weights.
                 if not learner.cfg.async_rl:
                     learner.batcher.mark_released(batch.releases)
-                self.outbox.put([report] + ([] if learner.cfg.async_rl else batch.releases))
+                self._put([report] + ([] if learner.cfg.async_rl else batch.releases))
         except BaseException as exc:  # surfaced in the main thread, which reports and exits
             self.failure.append(exc)
             self.outbox.put([])
+
+    def _put(self, msgs: list[Any]) -> None:
+        if self.learner.is_lead:
+            self.outbox.put(msgs)
 
     def hand_over(self, batch: Batch, queues: Queues) -> None:
         """Give the trainer `batch`, sending its messages while waiting for room."""
@@ -84,8 +101,9 @@ class TrainerThread:
         self.drain(queues)
 
 
-def learner_loop(learner: Learner, queues: Queues) -> None:
-    """Main thread: receive messages, copy batches; trainer thread: train on them."""
+def learner_loop(learner: Learner, queues: Queues, link: RankLink | None = None) -> None:
+    """Main thread: receive messages, copy batches; trainer thread: train on them. `link`: this is rank 0 of
+    several learner ranks."""
     inbox = queues.learner_queues[learner.policy_id]
     send([learner.hparams_report()], queues)
     trainer = TrainerThread(learner)
@@ -114,6 +132,50 @@ def learner_loop(learner: Learner, queues: Queues) -> None:
     if trainer.failure:
         raise trainer.failure[0]
     learner.save()
+    if link is not None:
+        for inbox in link.inboxes[1:]:
+            inbox.put(Stop("learner rank 0"))  # after every shard: each rank trains what rank 0 trained
+        learner.check_in_step("the end")
+
+
+def follower_loop(learner: Learner, link: RankLink, queues: Queues) -> None:
+    """Learner rank r > 0. Main thread: copy each shard rank 0 sends; trainer thread: train on them in step with
+    rank 0 (and the other ranks) until rank 0's Stop, which follows its last shard."""
+    rank = learner.ranks.rank
+    inbox = link.inboxes[rank]
+    trainer = TrainerThread(learner)
+    stopping = False
+    try:
+        while not stopping:
+            try:
+                msgs = inbox.get_many(timeout=0.1)
+            except Exception:  # queue.Empty on timeout
+                msgs = []
+            for msg in msgs:
+                if type(msg) is Stop:
+                    stopping = True
+                    break
+                assert type(msg) is ShardReady and msg.rank == rank, f"learner rank {rank}: unexpected {msg!r}"
+                with learner.timing.add_time("batch"):
+                    batch = take_shard(learner.batcher, link, rank, msg)
+                learner.env_steps += batch.env_steps
+                trainer.hand_over(batch._replace(env_steps_total=learner.env_steps), queues)
+            if trainer.failure:
+                raise trainer.failure[0]
+            if not stopping and not link.is_alive(0):
+                raise RuntimeError(f"learner {learner.policy_id} rank 0 is gone")
+    finally:
+        trainer.stop(queues)
+    if trainer.failure:
+        raise trainer.failure[0]
+    learner.check_in_step("the end")
+
+
+class Unpublished:
+    """The weight store of learner ranks > 0: rank 0 publishes (the ranks hold the same weights)."""
+
+    def publish(self, model: Any, version: int) -> None:
+        pass
 
 
 def run_learner(
@@ -127,16 +189,54 @@ def run_learner(
     device: str,
     control: dict[str, torch.Tensor],
     queues: Queues,
+    link: RankLink | None = None,
 ) -> None:
-    """Process entry point of the learner of policy `policy_id`."""
+    """Process entry point of the learner of policy `policy_id` (rank 0 of its ranks when `link` is given)."""
 
     def body() -> None:
         torch.manual_seed(cfg.seed + policy_id)
-        learner = Learner(cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control)
-        learner.init()
+        ranks = join_group(link, 0, device) if link is not None else None
+        learner = Learner(cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control, ranks, link)
         try:
-            learner_loop(learner, queues)
+            learner.init()
+            learner_loop(learner, queues, link)
         finally:
             log.info("learner %d profile: %s", policy_id, learner.timing.profile())
+            leave_group()
 
     component_main(cfg, f"learner_{policy_id}", queues, body)
+
+
+def run_learner_rank(
+    cfg: Cfg,
+    derived: Derived,
+    policy_id: int,
+    rank: int,
+    buffers: dict[str, torch.Tensor],
+    spaces: tuple[gym.Space, gym.Space],
+    ckpt_dir: Path,
+    device: str,
+    control: dict[str, torch.Tensor],
+    queues: Queues,
+    link: RankLink,
+) -> None:
+    """Process entry point of learner rank `rank` > 0 of policy `policy_id`."""
+
+    def body() -> None:
+        torch.manual_seed(cfg.seed + policy_id)  # the same stream as rank 0: the same minibatch shuffles
+        ranks = join_group(link, rank, device)
+        params: Any = Unpublished()
+        learner = Learner(cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control, ranks)
+        try:
+            learner.init()
+            follower_loop(learner, link, queues)
+        finally:
+            log.info("learner %d rank %d profile: %s", policy_id, rank, learner.timing.profile())
+            leave_group()
+
+    component_main(cfg, rank_name(policy_id, rank), queues, body)
+
+
+def rank_name(policy_id: int, rank: int) -> str:
+    """The process name of learner rank `rank` of policy `policy_id` (rank 0 is plain learner_<policy>)."""
+    return f"learner_{policy_id}" if rank == 0 else f"learner_{policy_id}_rank{rank}"

@@ -35,7 +35,9 @@ ROUTES: list[tuple[Any, Callable[[Any], Any]]] = [
     (m.HyperparamsReport(1, {"learning_rate": 3e-4}), lambda q: q.driver_queue),
     (m.ErrorReport("actor_worker_2", "Traceback ..."), lambda q: q.driver_queue),
 ]
-UNROUTED = [m.Stop("driver")]  # runner.shutdown puts it on each inbox and queue directly
+# Stop: runner.shutdown puts it on each inbox and queue directly. ShardReady: learner rank 0 puts it on the inbox
+# of each other rank of its policy (appo/learning/distributed.py RankLink), outside the run's wiring.
+UNROUTED = [m.Stop("driver"), m.ShardReady(1, 2, 7, (16, 17, 18), 4096)]
 SAMPLES = [msg for msg, _ in ROUTES] + UNROUTED
 
 
@@ -68,7 +70,7 @@ def test_route_is_the_readers_queue(msg: Any, expected: Callable[[Any], Any]) ->
 
 
 @pytest.mark.parametrize("msg", UNROUTED, ids=lambda x: type(x).__name__)
-def test_stop_has_no_route(msg: Any) -> None:
+def test_unrouted_messages_have_no_route(msg: Any) -> None:
     with pytest.raises(TypeError, match="no route"):
         route(msg, _queues())
 
