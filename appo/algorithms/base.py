@@ -18,6 +18,10 @@ What an algorithm declares, and who reads it:
 - `publish`: set by the core; an algorithm that does many updates per iteration (SAC) calls it to hand the
   actors its newest weights between them. The core publishes after every `update` anyway.
 - its flags and PBT ranges: in its registry entry (appo/algorithms/__init__.py).
+- `ranks`, `train_model`: set by the core (`set_ranks`). With several learner ranks (--learner_world_size) the loss
+  runs through `train_model` (DDP, which averages the ranks' gradients) and whatever spans the batch (counts,
+  normalisers, means) is reduced through `ranks` (appo/learning/distributed.py), so that the ranks train as one
+  learner on the whole batch; appo/algorithms/ppo.py shows how. With one rank both are the identity.
 """
 
 from __future__ import annotations

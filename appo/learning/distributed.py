@@ -262,9 +262,9 @@ class Ranks:
                 model,
                 device_ids=[torch.device(self.device).index or 0] if cuda else None,
                 process_group=self.group,
-                # The normalisers are buffers that every rank updates identically (update_normalizer): no
-                # broadcast from rank 0 at every forward.
-                broadcast_buffers=False,
+                # The normalisers are buffers that every rank updates identically (update_normalizer): synced
+                # from rank 0 once, here, not at every forward.
+                forward_sync_buffers=False,
             )
             module.register_comm_hook(self, _timed_allreduce)
         began: list[float] = []
@@ -306,6 +306,10 @@ def _timed_allreduce(ranks: Ranks, bucket: Any) -> torch.futures.Future:
         return fut.value()[0]
 
     return future.then(done)
+
+
+# DDP checks a hook's annotations by identity; under `from __future__ import annotations` they are strings.
+_timed_allreduce.__annotations__ |= {"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
 
 
 def state_digest(*states: Any) -> str:

@@ -32,15 +32,22 @@ class FixedBatchRun(NamedTuple):
     reports: list[TrainReport]  # rank 0's, one per iteration
     weights: dict[str, torch.Tensor]  # the state dict rank 0 published last
     log: str  # the run's log file (every rank writes to it)
-    seconds: float  # from the first hand-over to the last report
+    arrivals: list[float]  # when each report arrived (time.monotonic)
 
 
 def train_on_fixed_batch(
-    cfg: Cfg, spaces: tuple[Any, Any], record: dict[str, torch.Tensor], iterations: int, timeout: float = 300.0
+    cfg: Cfg,
+    spaces: tuple[Any, Any],
+    record: dict[str, torch.Tensor],
+    iterations: int,
+    timeout: float = 300.0,
+    inject: dict[int, list[Any]] | None = None,
 ) -> FixedBatchRun:
     """Train policy 0's learner (cfg.learner_world_size ranks, on learner_devices(cfg)) `iterations` times on
     `record`: trajectory tensors [n, T(+1), ...] by the names of appo/buffers.py, n = one iteration's
-    trajectories, filling whole slot groups of actor worker 0. Raises with the log's tail if a rank fails."""
+    trajectories, filling whole slot groups of actor worker 0. `inject[k]`: messages for the learner's queue
+    (PBT's, say) sent just before the record is handed over for the k-th time (from 0). Raises with the log's
+    tail if a rank fails."""
     derived = derive(cfg)
     n = next(iter(record.values())).shape[0]
     per_group, groups_per_split = derived.envs_per_split, derived.slot_groups_per_split
@@ -67,14 +74,14 @@ def train_on_fixed_batch(
         for rank in range(1, len(devices)):
             args = (*common, rank, buffers, spaces, ckpt, devices[rank], control, queues, link)
             processes.append(start_process(ctx, run_learner_rank, args, rank_name(0, rank)))
-        reports, seconds = _feed(queues, ready, iterations, processes, timeout)
+        reports, arrivals = _feed(queues, ready, iterations, processes, timeout, inject or {})
         queues.learner_queues[0].put(Stop("fixed batch"))
         stop_processes(processes, timeout=60.0)
         failed = [f"{p.name} exited {p.exitcode}" for p in processes if p.exitcode != 0]
         if failed:
             raise RuntimeError(f"{', '.join(failed)}:\n{_tail(cfg)}")
         weights = {k: v.clone() for k, v in params.state.items()}
-        return FixedBatchRun(reports, weights, log_path(experiment_dir(cfg)).read_text(), seconds)
+        return FixedBatchRun(reports, weights, log_path(experiment_dir(cfg)).read_text(), arrivals)
     finally:
         for process in processes:
             if process.is_alive():
@@ -86,18 +93,24 @@ def train_on_fixed_batch(
 
 
 def _feed(
-    queues: Any, ready: list[TrajectoryReady], iterations: int, processes: list[Any], timeout: float
-) -> tuple[list[TrainReport], float]:
-    """Hand the record over `iterations` times, each time once all of its groups are back; rank 0's reports."""
+    queues: Any,
+    ready: list[TrajectoryReady],
+    iterations: int,
+    processes: list[Any],
+    timeout: float,
+    inject: dict[int, list[Any]],
+) -> tuple[list[TrainReport], list[float]]:
+    """Hand the record over `iterations` times, each time once all of its groups are back; rank 0's reports and
+    when each arrived."""
     deadline = time.monotonic() + timeout
     reports: list[TrainReport] = []
-    handed, began = 0, None
+    arrivals: list[float] = []
+    handed = 0
     out = 0  # groups at the learner
     while len(reports) < iterations:
         if out == 0 and handed < iterations:
-            queues.learner_queues[0].put_many(ready)
+            queues.learner_queues[0].put_many(inject.get(handed, []) + ready)
             out, handed = len(ready), handed + 1
-            began = time.monotonic() if began is None else began
         for msg in _get(actor_inbox(queues, 0)):
             out -= type(msg) is SlotsReleased
         for msg in _get(queues.driver_queue):
@@ -105,10 +118,11 @@ def _feed(
                 raise RuntimeError(f"{msg.component} failed:\n{msg.error}")
             if type(msg) is TrainReport:
                 reports.append(msg)
+                arrivals.append(time.monotonic())
         dead = [p.name for p in processes if not p.is_alive()]
         if dead or time.monotonic() > deadline:
             raise RuntimeError(f"learner ranks {'exited: ' + ', '.join(dead) if dead else 'timed out'}")
-    return reports, time.monotonic() - (began or time.monotonic())
+    return reports, arrivals
 
 
 def _get(queue: Any) -> list[Any]:

@@ -126,15 +126,15 @@ def learner_loop(learner: Learner, queues: Queues, link: RankLink | None = None)
                 trainer.hand_over(batch, queues)
             trainer.drain(queues)
             if trainer.failure:
-                raise trainer.failure[0]
+                raise explained(trainer.failure[0], learner, link)
     finally:
         trainer.stop(queues)
     if trainer.failure:
-        raise trainer.failure[0]
+        raise explained(trainer.failure[0], learner, link)
     learner.save()
     if link is not None:
-        for inbox in link.inboxes[1:]:
-            inbox.put(Stop("learner rank 0"))  # after every shard: each rank trains what rank 0 trained
+        for rank_inbox in link.inboxes[1:]:
+            rank_inbox.put(Stop("learner rank 0"))  # after every shard: each rank trains what rank 0 trained
         learner.check_in_step("the end")
 
 
@@ -161,14 +161,24 @@ def follower_loop(learner: Learner, link: RankLink, queues: Queues) -> None:
                 learner.env_steps += batch.env_steps
                 trainer.hand_over(batch._replace(env_steps_total=learner.env_steps), queues)
             if trainer.failure:
-                raise trainer.failure[0]
+                raise explained(trainer.failure[0], learner, link)
             if not stopping and not link.is_alive(0):
-                raise RuntimeError(f"learner {learner.policy_id} rank 0 is gone")
+                raise RuntimeError(f"learner {learner.policy_id}: rank 0 died")
     finally:
         trainer.stop(queues)
     if trainer.failure:
-        raise trainer.failure[0]
+        raise explained(trainer.failure[0], learner, link)
     learner.check_in_step("the end")
+
+
+def explained(failure: BaseException, learner: Learner, link: RankLink | None) -> BaseException:
+    """A trainer's failure; when a collective failed because a rank died, one that names the dead rank."""
+    dead = link.dead_ranks() if link is not None else []
+    if not dead:
+        return failure
+    error = RuntimeError(f"learner {learner.policy_id}: rank {dead[0]} died ({type(failure).__name__} in a collective)")
+    error.__cause__ = failure
+    return error
 
 
 class Unpublished:

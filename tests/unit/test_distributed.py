@@ -5,6 +5,7 @@ step (and that a resumed learner holds its checkpoint's state), and the flags' o
 from __future__ import annotations
 
 import os
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -146,3 +147,47 @@ def test_more_cpu_ranks_than_cores_are_refused():
     assert lines(learner_world_size=cores + 1, batch_size=16 * (cores + 1)) == [
         f"--learner_world_size={cores + 1}: {cores + 1} CPU learner ranks on {cores} cores; use at most {cores}"
     ]
+
+
+def test_rank_0_shards_a_batch_by_whole_trajectories_and_waits_for_the_copies():
+    """ShardingBatcher (rank 0) and take_shard (rank 1, here a thread): rank 1 gets the slot indices of the second
+    half, copies those trajectories itself, and only then does rank 0's take return (the slots may go back)."""
+    import threading
+
+    from appo.buffers import allocate_trajectories
+    from appo.learning.batcher import Batcher
+    from appo.learning.distributed import RankLink
+    from appo.learning.shards import ShardingBatcher, take_shard
+    from appo.messages import TrajectoryReady
+
+    cfg = Cfg(env="CartPole-v1", num_workers=1, num_envs_per_worker=8, worker_num_splits=1, rollout=8, batch_size=128)
+    d = derive(cfg)
+    bufs = allocate_trajectories(cfg, d, *SPACES)
+    bufs["rewards"][:] = torch.arange(d.num_slots, dtype=torch.float32).unsqueeze(1)  # slot number in every step
+    bufs["policy_versions"][:] = 0
+    link = RankLink(2, "gloo")
+    try:
+        lead = ShardingBatcher(Batcher(bufs, d.trajectories_per_iteration, "cpu"), link, 0)
+        lead.add(TrajectoryReady(0, 0, 0, 1, 8, 8))  # slots 8..15 first, then 0..7: batch order is arrival order
+        lead.add(TrajectoryReady(0, 0, 0, 0, 0, 8))
+        got: list = []
+
+        def rank_1() -> None:
+            msg = link.inboxes[1].get_many(timeout=5)[0]
+            time.sleep(0.2)  # rank 0 must wait for this copy
+            got.append((msg, take_shard(lead.batcher, link, 1, msg)))
+
+        thread = threading.Thread(target=rank_1)
+        thread.start()
+        began = time.monotonic()
+        batch = lead.take(version=0, max_policy_lag=5)
+        waited = time.monotonic() - began
+        thread.join()
+    finally:
+        link.close()
+    msg, shard = got[0]
+    assert msg.slots == tuple(range(8)) and msg.batch_idx == 1 and msg.env_steps == 16 * 8
+    assert batch.tensors["rewards"][:, 0].tolist() == list(range(8, 16))
+    assert shard.tensors["rewards"][:, 0].tolist() == list(range(8))
+    assert waited >= 0.2 and int(link.copied[1]) == 1
+    assert len(batch.releases) == 2 and shard.releases == []
