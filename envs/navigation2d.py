@@ -1,6 +1,11 @@
 """2D point navigation (MAML: Finn et al. 2017, sec. 5.3; pytorch-maml-rl's 2DNavigation-v0). Pure numpy.
 
-A point starts at the origin; an action is a velocity, clipped to [-0.1, 0.1]^2, added to the position. The
+A point starts at the origin; an action a in [-1, 1]^2 (clipped) moves it by the velocity `max_speed * a`
+(0.1 by default, so each axis moves at most 0.1 per step, as in the references, which take the velocity
+itself as the action and clip it to [-0.1, 0.1]). The action is normalised like the MuJoCo envs' so that a
+Gaussian policy's noise has the same meaning here as there: with the velocity as the action, the preset's
+initial std (~0.2) was twice the box, most actions were clipped, and the means drifted far outside it where
+the clipped actions give no gradient (issue 19, docs/benchmarks.md). The
 reward is minus the Euclidean distance to the goal after the move; the episode terminates once the position
 is within 0.01 of the goal on each axis, |dx| < 0.01 and |dy| < 0.01 (a square, as in cbfinn/maml_rl and
 pytorch-maml-rl, not the Euclidean disc), so a corner at Euclidean 0.0127 ends it. The time limit, 100 steps
@@ -41,7 +46,7 @@ class Navigation2DEnv(TaskEnvMixin, gym.Env[NDArray[np.float32], NDArray[np.floa
         self.goal_low, self.goal_high = float(goal_low), float(goal_high)
         self.max_speed, self.goal_radius = float(max_speed), float(goal_radius)
         self.observation_space = spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float32)
-        self.action_space = spaces.Box(-self.max_speed, self.max_speed, shape=(2,), dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
         self._position = np.zeros(2, dtype=np.float64)
         self._goal = np.zeros(2, dtype=np.float64)
         self._init_task(task)
@@ -62,7 +67,7 @@ class Navigation2DEnv(TaskEnvMixin, gym.Env[NDArray[np.float32], NDArray[np.floa
         return self._position.astype(np.float32), {"task": self.get_task()}
 
     def step(self, action: NDArray[np.float32]) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
-        velocity = np.clip(np.asarray(action, dtype=np.float64).reshape(2), -self.max_speed, self.max_speed)
+        velocity = self.max_speed * np.clip(np.asarray(action, dtype=np.float64).reshape(2), -1.0, 1.0)
         self._position = self._position + velocity
         offset = self._position - self._goal
         distance = float(np.hypot(*offset))

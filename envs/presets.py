@@ -56,9 +56,14 @@ NAVIGATION2D_PRESET: dict[str, Any] = {
     "num_epochs": 2,
     "learning_rate": 1e-3,
     "with_vtrace": False,
+    # Synchronous, as the MuJoCo preset: with --async_rl the learner (busy ~98%) trained on data 4-5 versions
+    # old without a correction (GAE, no V-trace), and the README run learned nothing that held out: meta-test
+    # episodes 0/1 -41.7/-44.3 at 1.5M steps (seed 3), against -12.1/-9.1 synchronous (seeds 4, 5: -7.4/-5.7,
+    # -5.7/-5.1; docs/benchmarks.md, issue 19).
+    "async_rl": False,
     "exploration_loss_coeff": 0.0,
-    # Actions are velocities in [-0.1, 0.1]: start with std ~0.2 rather than 1, which would saturate them all.
-    "initial_log_std": -1.6,
+    # Actions in [-1, 1] (envs/navigation2d.py): std ~0.37 as the MuJoCo preset.
+    "initial_log_std": -1.0,
 }
 
 

@@ -188,10 +188,11 @@ def test_mujoco_time_limit_override_through_make_env() -> None:
 
 
 def test_navigation2d_clips_actions_and_rewards_the_distance() -> None:
+    # Actions are in [-1, 1]^2 and move the point by 0.1 times themselves.
     env = make_env("navigation2d", task={"goal_x": 0.3, "goal_y": 0.4})
     obs, _ = env.reset(seed=0)
     assert obs.dtype == np.float32 and np.array_equal(obs, [0.0, 0.0])
-    obs, reward, terminated, truncated, info = env.step(np.array([5.0, -0.05], dtype=np.float32))
+    obs, reward, terminated, truncated, info = env.step(np.array([5.0, -0.5], dtype=np.float32))
     assert np.allclose(obs, [0.1, -0.05]) and obs.dtype == np.float32
     assert reward == pytest.approx(-np.hypot(0.3 - 0.1, 0.4 + 0.05)) and info["distance"] == -reward
     assert not terminated and not truncated
@@ -202,13 +203,13 @@ def test_navigation2d_clips_actions_and_rewards_the_distance() -> None:
 def test_navigation2d_terminates_at_the_goal() -> None:
     env = make_env("navigation2d", task={"goal_x": 0.2, "goal_y": -0.1})
     env.reset(seed=0)
-    assert env.step(np.array([1.0, -0.05]))[2] is False
-    _, reward, terminated, truncated, _ = env.step(np.array([1.0, -0.05]))
+    assert env.step(np.array([1.0, -0.5]))[2] is False
+    _, reward, terminated, truncated, _ = env.step(np.array([1.0, -0.5]))
     assert terminated and not truncated and reward > -0.01
     # Near but not within 0.01: no termination.
     env.reset()
-    env.step(np.array([0.1, -0.1]))
-    assert env.step(np.array([0.085, 0.0]))[2] is False
+    env.step(np.array([1.0, -1.0]))
+    assert env.step(np.array([0.85, 0.0]))[2] is False
 
 
 @pytest.mark.parametrize(
@@ -224,8 +225,8 @@ def test_navigation2d_goal_test_is_per_axis(dx: float, dy: float, terminated: bo
     goal = np.array([0.05, -0.03])
     env = make_env("navigation2d", task={"goal_x": float(goal[0]), "goal_y": float(goal[1])})
     env.reset(seed=0)
-    # One step from the origin lands exactly at goal + (dx, dy): every component is within the 0.1 clip.
-    _, reward, done, truncated, info = env.step(goal + np.array([dx, dy]))
+    # One step from the origin lands at goal + (dx, dy) (the action is the move over 0.1, within the clip).
+    _, reward, done, truncated, info = env.step((goal + np.array([dx, dy])) / 0.1)
     assert done is terminated and not truncated
     assert reward == pytest.approx(-np.hypot(dx, dy)) and info["distance"] == pytest.approx(np.hypot(dx, dy))
 
