@@ -1,0 +1,39 @@
+"""benchmarks/learning_suite.py end to end on CartPole: real runs, the table read back against the runs'
+tensorboard files, a curve PNG per env, and a failed run reported as failed with a non-zero exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = [sys.executable, "benchmarks/learning_suite.py"]
+
+
+def test_suite_table_and_curves_come_from_the_runs(tmp_path):
+    out = tmp_path / "suite"
+    cmd = SUITE + ["--envs", "CartPole-v1", "--seeds", "0", "1", "--env_steps", "12000", "--parallel", "2"]
+    cmd += ["--out", str(out), "--num_workers=1", "--report_interval=1"]
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=300, capture_output=True)
+    finals = []
+    for seed in (0, 1):
+        acc = EventAccumulator(str(out / "runs" / f"CartPole-v1_s{seed}" / "summaries" / "0"))
+        acc.Reload()
+        finals.append(acc.Scalars("episode/return_mean")[-1].value)
+    row = next(line for line in (out / "suite.md").read_text().splitlines() if line.startswith("| CartPole-v1"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "0, 1"
+    assert float(cells[2].replace(",", "")) == round(sum(finals) / 2)
+    assert float(cells[4].replace(",", "")) == round(min(finals))
+    assert (out / "CartPole-v1.png").stat().st_size > 1000
+
+
+def test_a_failed_run_is_reported_and_the_exit_is_non_zero(tmp_path):
+    out = tmp_path / "suite"
+    cmd = SUITE + ["--envs", "NoSuchEnv-v0", "--seeds", "0", "--env_steps", "1000", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, timeout=120, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "seed 0 failed (exit" in (out / "suite.md").read_text()
