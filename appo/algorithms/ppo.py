@@ -73,8 +73,15 @@ class PPO(Algorithm):
                 self._update_normalizer(model.returns_normalizer, ret_all)
         sums: dict[str, float] = {}
         count = 0
+        probe: Tensor | None = None  # the first minibatch: where the KL is read before and after the update
+        diagnostics: dict[str, float] = {}
         for _ in range(cfg.num_epochs):
             for idx, n_steps in self._minibatches(N, T, is_per_step, offset, n_global):
+                if probe is None:
+                    probe = idx
+                    diagnostics = self._diagnostics(b, idx, is_per_step, "kl_before")
+                    if adv_all is not None:
+                        diagnostics |= self._value_moments(b, adv_all, ret_all)
                 if is_per_step:
                     loss, mb_stats = self._per_step_loss(b, idx, adv_all, ret_all, n_steps)
                 else:
@@ -86,11 +93,47 @@ class PPO(Algorithm):
                 for key, value in mb_stats.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                 count += 1
+        if probe is not None:
+            diagnostics |= self._diagnostics(b, probe, is_per_step, "kl_after")
         # Each rank's statistics are its parts of the global means; the gradient norm is every rank's already.
         sums = self.ranks.sum_stats(sums, same_on_every_rank=("grad_norm",))
         stats = {key: value / max(count, 1) for key, value in sums.items()}
         stats["learning_rate"] = lr
+        if probe is not None:
+            stats |= _read_diagnostics(self.ranks.sum_stats(diagnostics))
+        if model.log_std is not None:
+            stats["std"] = float(model.log_std.detach().exp().mean())
         return stats
+
+    # --- diagnostics --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _diagnostics(self, b: dict[str, Tensor], idx: Tensor, is_per_step: bool, name: str) -> dict[str, float]:
+        """Sum and count of the k3 estimate of KL(behaviour || current weights) over the minibatch `idx` (this
+        rank's part), from the model itself (no DDP hooks, no normaliser updates)."""
+        T = b["rewards"].shape[1]
+        if idx.numel() == 0:
+            return {f"{name}_sum": 0.0, f"{name}_n": 0.0}
+        if is_per_step:
+            n, t = idx // T, idx % T
+            step = lambda key: b[key][n, t].unsqueeze(1)  # noqa: E731 - [n, 1, ...]
+            out = self.model(step("obs"), step("actions"), step("rnn_states"), step("dones"), 1)
+            old = b["log_probs"][n, t].unsqueeze(1)
+        else:
+            obs, rnn = b["obs"][idx], b["rnn_states"][idx]
+            out = self.model(obs[:, :T], b["actions"][idx], rnn[:, :T], b["dones"][idx], self.derived.recurrence)
+            old = b["log_probs"][idx]
+        log_ratio = out.log_probs - old
+        kl = (log_ratio.exp() - 1.0) - log_ratio
+        return {f"{name}_sum": float(kl.sum()), f"{name}_n": float(kl.numel())}
+
+    def _value_moments(self, b: dict[str, Tensor], adv: Tensor, returns: Tensor) -> dict[str, float]:
+        """Sums for the explained variance of this iteration's value targets by the values before the update
+        (GAE: the values are the targets minus the advantages), mergeable over ranks."""
+        r, e = returns.double(), adv.double()  # e = returns - values
+        return {"ev_n": float(r.numel()), "ev_r": float(r.sum()), "ev_rr": float((r * r).sum())} | {
+            "ev_e": float(e.sum()),
+            "ev_ee": float((e * e).sum()),
+        }
 
     def _update_normalizer(self, normalizer: Any, x: Tensor) -> None:
         if self.ranks.is_distributed:
@@ -249,6 +292,22 @@ class PPO(Algorithm):
         return self._loss(
             out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, _mean(out.dist), part
         )
+
+
+def _read_diagnostics(d: dict[str, float]) -> dict[str, float]:
+    """approx_kl before and after the update, and the explained variance, from summed parts (appo/learning/
+    distributed.py sums them over ranks)."""
+    out = {}
+    for name in ("kl_before", "kl_after"):
+        if d.get(f"{name}_n", 0.0) > 0:
+            out[f"approx_{name}"] = d[f"{name}_sum"] / d[f"{name}_n"]
+    n = d.get("ev_n", 0.0)
+    if n > 1:
+        var_r = d["ev_rr"] / n - (d["ev_r"] / n) ** 2
+        var_e = d["ev_ee"] / n - (d["ev_e"] / n) ** 2
+        if var_r > 1e-12:
+            out["explained_variance"] = 1.0 - var_e / var_r
+    return out
 
 
 def _stand_in(

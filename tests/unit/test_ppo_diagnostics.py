@@ -1,0 +1,73 @@
+"""PPO's tuning diagnostics (issue 18): approx_kl before and after an iteration's update, the explained
+variance of the value targets by the values before the update, and the policy's std, on a real learner."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tests.unit.test_learner import fill, lambda_returns, make_learner, small_cfg, take_batch
+
+
+def test_kl_before_is_zero_on_fresh_data_and_grows_with_the_update(tmp_path):
+    torch.manual_seed(0)
+    learner = make_learner(small_cfg(with_vtrace=False, num_epochs=4, learning_rate=3e-3), tmp_path)
+    fill(learner, 0, 16, seed=1)  # acted by the learner's own weights: behaviour == current
+    stats = learner.train(take_batch(learner)).stats
+    assert stats["approx_kl_before"] == pytest.approx(0.0, abs=1e-6), stats
+    assert stats["approx_kl_after"] > 1e-5 and stats["approx_kl_after"] > 100 * abs(stats["approx_kl_before"]), stats
+    assert "std" not in stats  # a categorical policy has none
+
+
+def test_explained_variance_matches_its_definition(tmp_path):
+    torch.manual_seed(0)
+    cfg = small_cfg(with_vtrace=False)
+    learner = make_learner(cfg, tmp_path)
+    fill(learner, 0, 16, seed=2)
+    batch = take_batch(learner)
+    b = batch.tensors
+    before = copy.deepcopy(learner.model)
+    stats = learner.train(batch).stats
+    # The values PPO's targets come from: observation statistics with this batch folded in (first thing in
+    # the update), returns statistics from before it.
+    before.obs_normalizer.load_state_dict(learner.model.obs_normalizer.state_dict())
+    T = cfg.rollout
+    with torch.no_grad():
+        values_n = before.values(b["obs"], b["rnn_states"], torch.zeros(16, T + 1), learner.derived.recurrence)
+    values = before.returns_normalizer.denormalize(values_n)
+    targets = lambda_returns(b["rewards"], values, cfg.gamma, cfg.gae_lambda)
+    expected = 1.0 - float((targets - values[:, :T]).var(unbiased=False) / targets.var(unbiased=False))
+    assert stats["explained_variance"] == pytest.approx(expected, abs=1e-5), (stats["explained_variance"], expected)
+
+
+def test_gaussian_policies_report_their_std(tmp_path):
+    import gymnasium as gym
+    import numpy as np
+
+    from appo.algorithms.base import NonFiniteGuard
+    from appo.algorithms.ppo import PPO
+    from appo.cfg import derive
+    from appo.model import make_model
+
+    cfg = small_cfg(env="Pendulum-v1", with_vtrace=False, initial_log_std=-0.5)
+    box = (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (1,), np.float32))
+    model = make_model(cfg, *box)
+    ppo = PPO(cfg, derive(cfg), model, "cpu", guard=NonFiniteGuard(0))
+    N, T = 4, cfg.rollout
+    b = {
+        "obs": torch.randn(N, T + 1, 3),
+        "actions": torch.randn(N, T, 1),
+        "log_probs": torch.zeros(N, T),
+        "values": torch.zeros(N, T),
+        "rewards": torch.randn(N, T),
+        "dones": torch.zeros(N, T),
+        "truncated": torch.zeros(N, T),
+        "rnn_states": torch.zeros(N, T + 1, 1),
+    }
+    with torch.no_grad():
+        b["log_probs"] = model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], T).log_probs
+    stats = ppo.update(b, 0)
+    assert stats["std"] == pytest.approx(float(model.log_std.detach().exp().mean()), rel=1e-6)
+    assert stats["std"] != pytest.approx(float(np.exp(-0.5)), rel=1e-9)  # the update moved it
