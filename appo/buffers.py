@@ -131,8 +131,9 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
     - group_at_learner [num_groups, num_policies] uint8: 1 while (part of) a slot group is handed to that
       policy's learner; each cell has one writer at a time. A restarted actor worker takes as free only the
       groups that no learner holds;
-    - assignments [num_envs_total, 3] int64: the control channel (appo/control.py), every cell free."""
-    from appo.control import allocate_assignments
+    - assignments [num_envs_total, 3] int64: the control channel (appo/control.py), every cell free;
+    - commands [num_envs_total, 2] float32: the control channel's commands (reward-conditioned policies), NaN."""
+    from appo.control import allocate_assignments, allocate_commands
 
     num_groups = derived.num_splits_total * derived.slot_groups_per_split
     return {
@@ -143,6 +144,7 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
         ).share_memory_(),
         "group_at_learner": torch.zeros(num_groups, cfg.num_policies, dtype=torch.uint8).share_memory_(),
         "assignments": allocate_assignments(derived.num_envs_total),
+        "commands": allocate_commands(derived.num_envs_total),
     }
 
 

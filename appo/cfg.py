@@ -61,6 +61,7 @@ class SamplingCfg:
     decorrelate_experience_max_seconds: float = _f(0.0, "random warm-up stepping per worker at start")
     reward_scale: float = _f(1.0, "rewards are multiplied by this before learning")
     reward_clip: float = _f(0.0, "rewards are clipped to +-this before learning; 0 disables")
+    sparse_reward: bool = _f(False, "pay each episode's whole return at its last step, 0 before (the sum is kept)")
     worker_stuck_timeout: float = _f(30.0, "seconds without a heartbeat before an actor worker is replaced")
     stall_timeout: float = _f(300.0, "seconds without any env step trained before the run stops with an error")
     max_env_errors: int = _f(10, "consecutive failures of one env (rebuilt each time) before the run fails")
@@ -181,7 +182,8 @@ def build_parser(prog: str = "train_appo.py", extra: type | None = None) -> argp
             if isinstance(default, bool):
                 group.add_argument(flag, type=_str2bool, nargs="?", const=True, metavar="BOOL", help=help_text)
             elif isinstance(default, list):
-                group.add_argument(flag, type=int, nargs="+", help=help_text)
+                item = float if default and isinstance(default[0], float) else int  # a list's items: its default's
+                group.add_argument(flag, type=item, nargs="+", help=help_text)
             else:
                 group.add_argument(flag, type=type(default), help=help_text)
     return parser

@@ -11,6 +11,12 @@ Writers: the driver or a learner, through `ControlChannel` (one writer per row a
 worker that owns the env, at each episode start of that env; an int64 store is atomic, so a reader sees a
 whole old or a whole new value of each cell.
 
+    commands [num_envs_total, 2] float32, one row per env: the command (desired return-to-go, desired horizon)
+        its next episode starts from, for reward-conditioned policies (--algo=udrl); NaN: none (the env's own
+        default). Written by the UDRL learner after each iteration (`set_commands`), read by the actor worker at
+        each episode start of the env and given to the env as reset(options={"command": ...})
+        (envs/reward_conditioning.py CommandObservation keeps it up to date during the episode).
+
 When a cell is -1, the actor worker's assigners decide, locally and without a message: `PolicyDraw` (a
 population's uniform draw of a policy per episode) and the env's task schedule (envs/schedules.py). MAML's
 "task k with adapted weights k" and a reward-conditioned policy's commands are written here by their
@@ -40,6 +46,22 @@ class Assignment(NamedTuple):
 def allocate_assignments(num_envs_total: int) -> torch.Tensor:
     """The channel's shared table, every cell FREE."""
     return torch.full((num_envs_total, COLUMNS), FREE, dtype=torch.int64).share_memory_()
+
+
+COMMAND_DIMS = 2  # columns of the command table: desired return-to-go, desired horizon
+
+
+def allocate_commands(num_envs_total: int) -> torch.Tensor:
+    """The channel's shared command table, every row NaN (no command)."""
+    return torch.full((num_envs_total, COMMAND_DIMS), float("nan"), dtype=torch.float32).share_memory_()
+
+
+def set_commands(commands: torch.Tensor, command: list[float], envs: list[int] | None = None) -> None:
+    """From their next episode on, `envs` (global env indices; None: all) start from `command` (its first
+    dims; NaN: none)."""
+    values = torch.full((COMMAND_DIMS,), float("nan"))
+    values[: len(command)] = torch.as_tensor(command, dtype=torch.float32)
+    commands[slice(None) if envs is None else envs] = values
 
 
 class ControlChannel:

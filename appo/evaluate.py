@@ -314,6 +314,10 @@ def _evaluate(cfg: EnjoyCfg) -> int:
     try:
         model = build_policy(cfg, env, state, ckpt_path)
         choose_tasks(cfg, env)
+        if hasattr(model, "command"):  # a reward-conditioned policy plays a command (--command_return/_horizon)
+            from appo.command_policy import play_command
+
+            log.info("command: return %.1f, horizon %.0f", *play_command(cfg, env, model))
         log.info("loaded %s (version %s, %s env steps)", ckpt_path, state.get("version"), state.get("env_steps"))
         if plan.record_video:
             video = VideoWriter(new_video_path(exp_dir, ckpt_path), cfg.fps)

@@ -190,7 +190,8 @@ class SummaryWriters:
                 writer.add_scalar("perf/fps", fps, step)
             for key, value in p.train.items():
                 group = "perf" if key.startswith("policy_lag") or key in PERF_KEYS else "train"
-                writer.add_scalar(f"{group}/{key}", value, step)
+                # A key with its own group ("udrl/command_return", "eval/return_mean") is written as it is.
+                writer.add_scalar(key if "/" in key else f"{group}/{key}", value, step)
             writer.add_scalar("train/version", p.version, step)
             writer.add_scalar("stats/worker_restarts", stats.restarts, step)
             if len(stats.policies) > 1:

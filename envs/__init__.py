@@ -84,6 +84,7 @@ def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: 
     gives every trial its task (`make_task_assigner`, appo/control.py); the wrapper's own schedule serves
     standalone use (the meta-test, enjoy.py) and sets the trial length. `cfg` is an appo Cfg."""
     env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode)
+    env = _reward_conditioning(cfg, env)
     if cfg.task_schedule == "none":
         return env
     from envs.wrappers import MetaTaskWrapper
@@ -94,6 +95,22 @@ def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: 
         env.close()
         raise
     return MetaTaskWrapper(env, schedule, cfg.task_visibility)
+
+
+def _reward_conditioning(cfg: Any, env: gym.Env) -> gym.Env:
+    """--sparse_reward (the return paid at the episode's end), then, for a reward-conditioned --algo, the command
+    appended to the observation (envs/reward_conditioning.py); `env` itself otherwise."""
+    from appo.algorithms.udrl_flags import command_dims
+
+    if not getattr(cfg, "sparse_reward", False) and not command_dims(cfg):
+        return env
+    from envs.reward_conditioning import CommandObservation, SparseReward
+
+    if getattr(cfg, "sparse_reward", False):
+        env = SparseReward(env)
+    if command_dims(cfg):
+        env = CommandObservation(env, cfg.command_scale)
+    return env
 
 
 def make_task_assigner(cfg: Any, env: gym.Env, env_idx: int) -> TaskAssigner | None:

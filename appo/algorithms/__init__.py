@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from appo.algorithms.ppo_flags import PPO_PBT_RANGES, PpoCfg, verify_ppo
 from appo.algorithms.sac_flags import SAC_DEFAULTS, SAC_PBT_RANGES, SacCfg, verify_sac
+from appo.algorithms.udrl_flags import UDRL_DEFAULTS, UDRL_PBT_RANGES, UdrlCfg, verify_udrl
 
 
 class AlgorithmSpec(NamedTuple):
@@ -55,6 +56,18 @@ register(
         verify_sac,
         "soft actor-critic: replay, twin Q + targets, tanh-squashed Gaussian, tuned entropy",
         SAC_DEFAULTS,
+    )
+)
+
+register(
+    AlgorithmSpec(
+        "udrl",
+        "appo.algorithms.udrl:UDRL",
+        UdrlCfg,
+        UDRL_PBT_RANGES,
+        verify_udrl,
+        "upside-down RL: a command-conditioned policy trained by likelihood on its best episodes, relabelled",
+        UDRL_DEFAULTS,
     )
 )
 

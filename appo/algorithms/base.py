@@ -99,6 +99,9 @@ class Algorithm:
         self.ranks = guard.ranks
         self.train_model: nn.Module = model
         self.publish: Callable[[], None] = lambda: None  # the core's: new weights to the actors now
+        # The run's control arrays (appo/buffers.py allocate_control), set by the core: an algorithm that steers the
+        # actors (a reward-conditioned policy's commands) writes the control channel there. None in a unit test.
+        self.control: dict[str, Tensor] | None = None
 
     @classmethod
     def trajectory_fields(cls, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:

@@ -69,6 +69,7 @@ class Learner:
         self.model = make_model(cfg, *spaces, kind=algo_cls.model_kind).to(device).train()
         self.guard = NonFiniteGuard(policy_id, ranks=self.ranks)
         self.algorithm: Algorithm = algo_cls(cfg, derived, self.model, device, self.guard)
+        self.algorithm.control = control
         # This policy's own values of the hyperparameters PBT may change; self.cfg always carries them.
         self.hparams: dict[str, float] = {}
         self.set_hparams(initial_hparams(cfg) | policy_hparams(cfg).get(policy_id, {}))

@@ -67,6 +67,8 @@ class EnvRunner:
         self.policy_draw = PolicyDraw(cfg.num_policies)
         # The control channel (appo/control.py): overrides of policy, task and weights per env, or None.
         self.assignments = control["assignments"] if control is not None and "assignments" in control else None
+        # Its command table (reward-conditioned policies): each episode starts from its env's row, unless NaN.
+        self.commands = control["commands"] if control is not None and "commands" in control else None
         self.episode_count = np.zeros(self.num_envs, dtype=np.int64)
         # Per-step fields the algorithm asked for (appo/buffers.py actor_fields) that this runner fills.
         self.extra_fields = [name for name in ("task_ids", "episode_ids", "weight_sets") if name in buffers]
@@ -284,10 +286,14 @@ class EnvRunner:
 
     def _reset_env(self, i: int, trial: dict | None = None, seed: int | None = None) -> np.ndarray:
         """Start env `i`'s next episode (trial) and return its first observation; every reset of the runner
-        comes here. A task env runs the task in its control-channel TASK cell where that is set, else the one
+        comes here. An env whose row of the control channel's command table is set starts from that command. A
+        task env runs the task in its control-channel TASK cell where that is set, else the one
         its assigner picks, fed the return of the env's last finished trial (`trial`: the info["trial"] of the
         episode that just ended, if it did)."""
         assigner = self.task_assigners[i]
+        if self.commands is not None and not np.isnan(self.commands[self.first_env + i, 0]):
+            command = self.commands[self.first_env + i].tolist()  # the task schedule is none (verify_udrl)
+            return self.envs[i].reset(seed=seed, options={"command": command})[0]
         if assigner is None:
             return self.envs[i].reset(seed=seed)[0]
         if trial is not None:

@@ -1,0 +1,86 @@
+"""The flags of the reward-conditioned algorithms (`--algo=udrl`: Upside-Down RL, Srivastava et al. 2019), the
+defaults they change for shared flags, and their checks. Torch-free: appo/cfg.py builds the flat Cfg from every
+registered algorithm's group."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from appo.flags import flag
+
+# --algo values whose policy takes a command; command dims each: (return-to-go, horizon) for UDRL.
+COMMAND_DIMS = {"udrl": 2}
+
+
+@dataclass
+class UdrlCfg:
+    command_scale: list[float] = flag(
+        [0.025, 0.01], "UDRL: scale of the command (desired return-to-go, desired horizon) in the policy's input"
+    )
+    command_mlp_layers: list[int] = flag(
+        [128, 128, 128], "UDRL: width of the gated state x command layer, then the relu layers after it"
+    )
+    udrl_buffer_episodes: int = flag(500, "UDRL: whole episodes kept in the replay, the best by return")
+    udrl_last_few: int = flag(75, "UDRL: best episodes the exploration command is computed from")
+    max_command_return: float = flag(320.0, "UDRL: cap of the exploration command's desired return")
+    udrl_warmup_episodes: int = flag(50, "UDRL: episodes of uniform random actions before the first update")
+    udrl_episodes_per_iteration: int = flag(20, "UDRL: new episodes per iteration (updates + a new command)")
+    udrl_updates_per_iteration: int = flag(100, "UDRL: gradient updates per iteration (--batch_size samples each)")
+    udrl_eval_every: int = flag(10, "UDRL: iterations between greedy evaluations with the current command; 0: none")
+    udrl_eval_episodes: int = flag(5, "UDRL: episodes of each greedy evaluation (in the learner process)")
+    command_return: float = flag(math.nan, "enjoy.py: desired return to play; nan: the checkpoint's command")
+    command_horizon: float = flag(math.nan, "enjoy.py: desired horizon to play; nan: the checkpoint's command")
+
+
+# Shared flags whose default differs for UDRL (applied above env presets, below cfg.json and typed flags): the
+# paper's Adam rate, batch and gradient clip; batch_size is the number of samples of one update.
+UDRL_DEFAULTS = {
+    "learning_rate": 3.5e-4,
+    "batch_size": 768,
+    "max_grad_norm": 100.0,
+    "num_batches_per_epoch": 1,
+    "num_epochs": 1,
+}
+
+UDRL_PBT_RANGES: dict[str, tuple[float, float, str]] = {}  # --with_pbt is refused
+
+
+def command_dims(cfg: Any) -> int:
+    """Command dims the run's policy takes (0: not a reward-conditioned algorithm)."""
+    return COMMAND_DIMS.get(getattr(cfg, "algo", ""), 0)
+
+
+def verify_udrl(c: Any) -> list[str]:
+    """The reward-conditioned algorithms' flag errors (and engine options they do not support), one line each."""
+    errors = [
+        f"--{name}={getattr(c, name)}: must be > 0"
+        for name in ("udrl_buffer_episodes", "udrl_last_few", "udrl_episodes_per_iteration")
+        + ("udrl_updates_per_iteration", "udrl_eval_episodes", "max_command_return")
+        if getattr(c, name) <= 0
+    ]
+    for name in ("udrl_warmup_episodes", "udrl_eval_every"):
+        if getattr(c, name) < 0:
+            errors.append(f"--{name}={getattr(c, name)}: must be >= 0")
+    dims = command_dims(c)
+    if len(c.command_scale) != dims or min(c.command_scale) <= 0:
+        errors.append(f"--command_scale={c.command_scale}: must be {dims} numbers > 0 for --algo={c.algo}")
+    if not c.command_mlp_layers or min(c.command_mlp_layers) <= 0:
+        errors.append(f"--command_mlp_layers={c.command_mlp_layers}: must be one or more sizes > 0")
+    if c.udrl_last_few > c.udrl_buffer_episodes:
+        errors.append(f"--udrl_last_few={c.udrl_last_few}: must be <= --udrl_buffer_episodes={c.udrl_buffer_episodes}")
+    if c.with_pbt:
+        errors.append(f"--with_pbt: not supported with --algo={c.algo} (one policy per run); drop it")
+    if c.num_policies != 1:
+        errors.append(f"--num_policies={c.num_policies}: --algo={c.algo} trains exactly one policy; use 1")
+    if c.use_rnn:
+        errors.append(f"--use_rnn=True: --algo={c.algo} has a feed-forward policy only; pass --use_rnn=False")
+    if c.task_schedule != "none":
+        errors.append(f"--task_schedule={c.task_schedule}: --algo={c.algo} needs --task_schedule=none")
+    if c.reward_scale != 1.0 or c.reward_clip != 0.0:
+        errors.append(
+            f"--reward_scale={c.reward_scale} --reward_clip={c.reward_clip}: --algo={c.algo} needs 1 and 0 "
+            "(commands are in the env's reward units)"
+        )
+    return errors
