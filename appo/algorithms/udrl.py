@@ -18,6 +18,7 @@ Collection does not wait for training: episodes finished during an iteration cou
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -120,6 +121,21 @@ class BestEpisodes:
             self.add(s.clone(), a.clone(), r.clone())
 
 
+# The command statistics kept per iteration (checkpoints: state["udrl"]["history"], one row each), for curves
+# and the benchmark (benchmarks/udrl_lunarlander.py).
+HISTORY_COLUMNS = (
+    "iteration",
+    "episodes",
+    "episode_return",
+    "command_return",
+    "command_horizon",
+    "buffer_top_return",
+    "loss",
+    "seconds",
+    "eval_return",
+)
+
+
 # --- the algorithm --------------------------------------------------------------------------------------------
 class UDRL(Algorithm):
     model_kind = "command_policy"
@@ -134,6 +150,9 @@ class UDRL(Algorithm):
         self.episodes = 0  # whole episodes received over the run
         self.since_iteration = 0  # ... since the last iteration
         self.iterations = 0
+        self.new_returns: list[float] = []  # returns of the episodes received since the last iteration
+        self.last_iteration_at = time.monotonic()
+        self.history: list[list[float]] = []  # one row per iteration: HISTORY_COLUMNS (in the checkpoints)
         self.eval_env: gym.Env | None = None
         self.last: dict[str, float] = {}  # the last iteration's stats, reported until the next
 
@@ -153,13 +172,15 @@ class UDRL(Algorithm):
     # --- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         counters = {"episodes": self.episodes, "since_iteration": self.since_iteration, "iterations": self.iterations}
-        return {"optimizer": self.optimizer.state_dict(), "udrl": counters}
+        history = torch.tensor(self.history, dtype=torch.float64).reshape(-1, len(HISTORY_COLUMNS))
+        return {"optimizer": self.optimizer.state_dict(), "udrl": counters | {"history": history}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.episodes = int(state["udrl"]["episodes"])
         self.since_iteration = int(state["udrl"]["since_iteration"])
         self.iterations = int(state["udrl"]["iterations"])
+        self.history = state["udrl"]["history"].tolist()
         if self.iterations > 0:
             self.write_command()  # the model (loaded before) holds the command
 
@@ -196,7 +217,9 @@ class UDRL(Algorithm):
                 steps.append(chunk)
                 if dones[n, end - 1] > 0:
                     del self.partial[int(ids[n, start])]
-                    self.buffer.add(*(torch.cat(parts) for parts in zip(*steps, strict=True)))
+                    whole = [torch.cat(parts) for parts in zip(*steps, strict=True)]  # states, actions, rewards
+                    self.buffer.add(*whole)
+                    self.new_returns.append(float(whole[2].double().sum()))
                     self.episodes += 1
                     self.since_iteration += 1
                 start = end
@@ -233,11 +256,19 @@ class UDRL(Algorithm):
             "udrl/buffer_top_return": float(np.mean(returns[best])),
             "udrl/iterations": float(self.iterations),
             "udrl/episodes": float(self.episodes),
+            # The iteration's own episodes (collected with the previous command) and its wall time.
+            "udrl/episode_return": float(np.mean(self.new_returns)) if self.new_returns else math.nan,
+            "udrl/seconds_per_iteration": time.monotonic() - self.last_iteration_at,
         }
-        if cfg.udrl_eval_every > 0 and self.iterations % cfg.udrl_eval_every == 0:
+        self.new_returns, self.last_iteration_at = [], time.monotonic()
+        evaluated = cfg.udrl_eval_every > 0 and self.iterations % cfg.udrl_eval_every == 0
+        if evaluated:
             stats["eval/return_mean"] = float(np.mean(self.evaluate(command)))
         elif "eval/return_mean" in self.last:
             stats["eval/return_mean"] = self.last["eval/return_mean"]
+        row = [self.iterations, self.episodes, stats["udrl/episode_return"], *command]
+        row += [stats["udrl/buffer_top_return"], stats["loss"], stats["udrl/seconds_per_iteration"]]
+        self.history.append(row + [stats["eval/return_mean"] if evaluated else math.nan])
         return stats
 
     def write_command(self) -> None:
