@@ -109,7 +109,7 @@ def _reward_conditioning(cfg: Any, env: gym.Env) -> gym.Env:
     if getattr(cfg, "sparse_reward", False):
         env = SparseReward(env)
     if command_dims(cfg):
-        env = CommandObservation(env, cfg.command_scale)
+        env = CommandObservation(env, cfg.command_scale, follow=cfg.algo == "udrl")
     return env
 
 

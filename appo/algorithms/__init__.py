@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from appo.algorithms.ppo_flags import PPO_PBT_RANGES, PpoCfg, verify_ppo
+from appo.algorithms.rcp_flags import RCP_A_DEFAULTS, RCP_PBT_RANGES, RCP_R_DEFAULTS, RcpCfg, verify_rcp
 from appo.algorithms.sac_flags import SAC_DEFAULTS, SAC_PBT_RANGES, SacCfg, verify_sac
 from appo.algorithms.udrl_flags import UDRL_DEFAULTS, UDRL_PBT_RANGES, UdrlCfg, verify_udrl
 
@@ -68,6 +69,28 @@ register(
         verify_udrl,
         "upside-down RL: a command-conditioned policy trained by likelihood on its best episodes, relabelled",
         UDRL_DEFAULTS,
+    )
+)
+register(
+    AlgorithmSpec(
+        "rcp_r",
+        "appo.algorithms.rcp:RCP",
+        RcpCfg,
+        RCP_PBT_RANGES,
+        verify_rcp,
+        "reward-conditioned policy on discounted returns: exponentially weighted likelihood on a FIFO replay",
+        RCP_R_DEFAULTS,
+    )
+)
+register(
+    AlgorithmSpec(
+        "rcp_a",
+        "appo.algorithms.rcp:RCPA",
+        RcpCfg,
+        RCP_PBT_RANGES,
+        verify_rcp,
+        "reward-conditioned policy on advantages (TD(lambda) value function): weighted likelihood, FIFO replay",
+        RCP_A_DEFAULTS,
     )
 )
 

@@ -50,6 +50,33 @@ def exploration_command(returns: np.ndarray, lengths: np.ndarray, cap: float, u:
     return min(mean + u * std, cap), float(np.mean(lengths))
 
 
+def stitch(
+    batch: dict[str, Tensor], state_dims: int, partial: dict[int, list[tuple[Tensor, Tensor, Tensor]]]
+) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """The episodes that end in `batch` (trajectories [N, T] as actor workers write them), each whole: (states
+    [L, state_dims] without the command the actors appended, actions [L, ...], rewards [L]). Steps of episodes
+    still running wait in `partial` (episode id -> chunks), keyed by the `episode_ids` field."""
+    obs, actions, rewards = batch["obs"].cpu(), batch["actions"].cpu(), batch["rewards"].cpu()
+    dones, ids = batch["dones"].cpu(), batch["episode_ids"].cpu()
+    N, T = rewards.shape
+    finished = []
+    for n in range(N):
+        ends = (torch.nonzero(dones[n] > 0).flatten() + 1).tolist()
+        start = 0
+        for end in ends if ends and ends[-1] == T else [*ends, T]:
+            episode = int(ids[n, start])
+            chunk = (
+                obs[n, start:end, :state_dims].clone(),
+                actions[n, start:end].clone(),
+                rewards[n, start:end].clone(),
+            )
+            partial.setdefault(episode, []).append(chunk)
+            if dones[n, end - 1] > 0:
+                finished.append(tuple(torch.cat(parts) for parts in zip(*partial.pop(episode), strict=True)))
+            start = end
+    return finished  # type: ignore[return-value]
+
+
 class BestEpisodes:
     """The `capacity` whole episodes with the highest returns (ties: the earlier stays). Each episode is
     (states [L, S], actions [L, ...], rewards [L]); `flat` concatenates them with their relabelled commands for
@@ -202,27 +229,11 @@ class UDRL(Algorithm):
 
     def ingest(self, batch: dict[str, Tensor]) -> None:
         """Append each trajectory's steps to their episodes; finished episodes go to the buffer."""
-        S = self.model.state_dims
-        obs, actions, rewards = batch["obs"].cpu(), batch["actions"].cpu(), batch["rewards"].cpu()
-        dones, ids = batch["dones"].cpu(), batch["episode_ids"].cpu()
-        N, T = rewards.shape
-        for n in range(N):
-            ends = (torch.nonzero(dones[n] > 0).flatten() + 1).tolist()
-            start = 0
-            for end in [*ends, T] if not ends or ends[-1] != T else ends:
-                if end <= start:
-                    continue
-                chunk = (obs[n, start:end, :S].clone(), actions[n, start:end].clone(), rewards[n, start:end].clone())
-                steps = self.partial.setdefault(int(ids[n, start]), [])
-                steps.append(chunk)
-                if dones[n, end - 1] > 0:
-                    del self.partial[int(ids[n, start])]
-                    whole = [torch.cat(parts) for parts in zip(*steps, strict=True)]  # states, actions, rewards
-                    self.buffer.add(*whole)
-                    self.new_returns.append(float(whole[2].double().sum()))
-                    self.episodes += 1
-                    self.since_iteration += 1
-                start = end
+        for states, actions, rewards in stitch(batch, self.model.state_dims, self.partial):
+            self.buffer.add(states, actions, rewards)
+            self.new_returns.append(float(rewards.double().sum()))
+            self.episodes += 1
+            self.since_iteration += 1
 
     # --- one iteration ------------------------------------------------------------------------------
     def iteration(self) -> dict[str, float]:

@@ -11,25 +11,26 @@ from typing import Any
 from appo.flags import flag
 
 # --algo values whose policy takes a command; command dims each: (return-to-go, horizon) for UDRL.
-COMMAND_DIMS = {"udrl": 2}
+COMMAND_DIMS = {"udrl": 2, "rcp_r": 1, "rcp_a": 1}
 
 
 @dataclass
 class UdrlCfg:
     command_scale: list[float] = flag(
-        [0.025, 0.01], "UDRL: scale of the command (desired return-to-go, desired horizon) in the policy's input"
+        [0.025, 0.01],
+        "scale of the command in the policy's input: UDRL (return-to-go, horizon), RCP (return or advantage)",
     )
     command_mlp_layers: list[int] = flag(
-        [128, 128, 128], "UDRL: width of the gated state x command layer, then the relu layers after it"
+        [128, 128, 128], "UDRL/RCP: width of the gated state x command layer, then the relu layers after it"
     )
     udrl_buffer_episodes: int = flag(500, "UDRL: whole episodes kept in the replay, the best by return")
     udrl_last_few: int = flag(75, "UDRL: best episodes the exploration command is computed from")
     max_command_return: float = flag(320.0, "UDRL: cap of the exploration command's desired return")
-    udrl_warmup_episodes: int = flag(50, "UDRL: episodes of uniform random actions before the first update")
-    udrl_episodes_per_iteration: int = flag(20, "UDRL: new episodes per iteration (updates + a new command)")
+    udrl_warmup_episodes: int = flag(50, "UDRL/RCP: episodes of uniform random actions before the first update")
+    udrl_episodes_per_iteration: int = flag(20, "UDRL/RCP: new episodes per iteration (updates + a new command)")
     udrl_updates_per_iteration: int = flag(100, "UDRL: gradient updates per iteration (--batch_size samples each)")
-    udrl_eval_every: int = flag(10, "UDRL: iterations between greedy evaluations with the current command; 0: none")
-    udrl_eval_episodes: int = flag(5, "UDRL: episodes of each greedy evaluation (in the learner process)")
+    udrl_eval_every: int = flag(10, "UDRL/RCP: iterations between greedy evaluations with the current command; 0: none")
+    udrl_eval_episodes: int = flag(5, "UDRL/RCP: episodes of each greedy evaluation (in the learner process)")
     command_return: float = flag(math.nan, "enjoy.py: desired return to play; nan: the checkpoint's command")
     command_horizon: float = flag(math.nan, "enjoy.py: desired horizon to play; nan: the checkpoint's command")
 
@@ -53,11 +54,22 @@ def command_dims(cfg: Any) -> int:
 
 
 def verify_udrl(c: Any) -> list[str]:
-    """The reward-conditioned algorithms' flag errors (and engine options they do not support), one line each."""
+    """UDRL's flag errors (and engine options it does not support), one line each."""
     errors = [
         f"--{name}={getattr(c, name)}: must be > 0"
-        for name in ("udrl_buffer_episodes", "udrl_last_few", "udrl_episodes_per_iteration")
-        + ("udrl_updates_per_iteration", "udrl_eval_episodes", "max_command_return")
+        for name in ("udrl_buffer_episodes", "udrl_last_few", "udrl_updates_per_iteration", "max_command_return")
+        if getattr(c, name) <= 0
+    ]
+    if c.udrl_last_few > c.udrl_buffer_episodes:
+        errors.append(f"--udrl_last_few={c.udrl_last_few}: must be <= --udrl_buffer_episodes={c.udrl_buffer_episodes}")
+    return errors + verify_command_policy(c)
+
+
+def verify_command_policy(c: Any) -> list[str]:
+    """The flag errors common to the reward-conditioned algorithms (and engine options they do not support)."""
+    errors = [
+        f"--{name}={getattr(c, name)}: must be > 0"
+        for name in ("udrl_episodes_per_iteration", "udrl_eval_episodes")
         if getattr(c, name) <= 0
     ]
     for name in ("udrl_warmup_episodes", "udrl_eval_every"):
@@ -68,8 +80,6 @@ def verify_udrl(c: Any) -> list[str]:
         errors.append(f"--command_scale={c.command_scale}: must be {dims} numbers > 0 for --algo={c.algo}")
     if not c.command_mlp_layers or min(c.command_mlp_layers) <= 0:
         errors.append(f"--command_mlp_layers={c.command_mlp_layers}: must be one or more sizes > 0")
-    if c.udrl_last_few > c.udrl_buffer_episodes:
-        errors.append(f"--udrl_last_few={c.udrl_last_few}: must be <= --udrl_buffer_episodes={c.udrl_buffer_episodes}")
     if c.with_pbt:
         errors.append(f"--with_pbt: not supported with --algo={c.algo} (one policy per run); drop it")
     if c.num_policies != 1:

@@ -1,0 +1,150 @@
+"""Reward-Conditioned Policies' pieces: discounted returns-to-go, TD(lambda) targets, the exponential weights on a
+fixed batch, the FIFO replay, one RCP-R and one RCP-A iteration on hand-made trajectories, and the checkpoint
+round trip."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from appo.algorithms import algorithm_defaults
+from appo.algorithms.base import NonFiniteGuard
+from appo.algorithms.rcp import (
+    RCP,
+    RCPA,
+    EpisodeFifo,
+    discounted_return_to_go,
+    exponential_weights,
+    lambda_returns,
+)
+from appo.buffers import allocate_control
+from appo.cfg import derive, make_cfg, verify
+from appo.model import make_model
+from envs import make_run_env
+from tests.unit.test_udrl import CHAIN, chain_batch
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def rcp_cfg(algo: str = "rcp_r", **overrides):
+    base = {"algo": algo, "env": CHAIN, "num_workers": 1, "num_envs_per_worker": 2, "rollout": 8}
+    return make_cfg(base | algorithm_defaults(algo) | overrides)
+
+
+def test_discounted_return_to_go_and_lambda_returns_by_hand():
+    rewards = torch.tensor([1.0, 0.0, 2.0])
+    torch.testing.assert_close(discounted_return_to_go(rewards, 0.5), torch.tensor([1.5, 1.0, 2.0]))
+    values = torch.tensor([10.0, 20.0, 30.0])
+    # G2 = 2; G1 = 0 + 0.5 (0.5 * 30 + 0.5 * 2) = 8; G0 = 1 + 0.5 (0.5 * 20 + 0.5 * 8) = 8
+    torch.testing.assert_close(lambda_returns(rewards, values, 0.5, 0.5), torch.tensor([8.0, 8.0, 2.0]))
+    # lambda = 1 is the discounted return; lambda = 0 the one-step TD target
+    torch.testing.assert_close(lambda_returns(rewards, values, 0.5, 1.0), discounted_return_to_go(rewards, 0.5))
+    torch.testing.assert_close(lambda_returns(rewards, values, 0.5, 0.0), torch.tensor([11.0, 15.0, 2.0]))
+
+
+def test_exponential_weights_on_a_fixed_batch():
+    targets = torch.tensor([0.0, 1.0, 2.0, 3.0, 10.0])
+    mean, std = 3.2, math.sqrt(float(((targets - 3.2) ** 2).mean()))
+    expected = [min(math.exp((z - mean) / std / 0.5), 5.0) for z in targets.tolist()]
+    torch.testing.assert_close(exponential_weights(targets, 0.5, 5.0), torch.tensor(expected))
+    assert exponential_weights(targets, 0.5, 5.0)[-1] == 5.0  # capped
+    torch.testing.assert_close(exponential_weights(torch.full((4,), 7.0), 1.0, 20.0), torch.ones(4))
+
+
+def test_fifo_keeps_the_newest_episodes_within_capacity():
+    fifo = EpisodeFifo(25)
+    for k in range(10):
+        fifo.add(torch.full((10, 2), float(k)), torch.zeros(10, 1), torch.ones(10))
+    assert fifo.transitions == 20 and [int(e[0][0, 0]) for e in fifo.episodes] == [8, 9]
+    other = EpisodeFifo(25)
+    other.load_state_dict(fifo.state_dict())
+    assert [int(e[0][0, 0]) for e in other.episodes] == [8, 9]
+
+
+def make_rcp(algo: str, **overrides):
+    cfg = rcp_cfg(algo, **overrides)
+    env = make_run_env(cfg)
+    model = make_model(cfg, env.observation_space, env.action_space)
+    cls = RCPA if algo == "rcp_a" else RCP
+    rcp = cls(cfg, derive(cfg), model, "cpu", NonFiniteGuard(0))
+    rcp.control = allocate_control(cfg, derive(cfg))
+    return rcp
+
+
+def rcp_batch(rights: list[list[int]]) -> dict[str, torch.Tensor]:
+    """Chain trajectories with a one-dimensional command (RCP's observation: state + 1)."""
+    batch = chain_batch(rights)
+    batch["obs"] = batch["obs"][..., :3]
+    return batch
+
+
+@pytest.mark.parametrize("algo", ["rcp_r", "rcp_a"])
+def test_an_iteration_weights_the_likelihood_and_draws_a_command_per_env(algo):
+    torch.manual_seed(0)
+    rcp = make_rcp(algo, udrl_warmup_episodes=11, rcp_updates_per_iteration=300, gamma=1.0)
+    rights = [[int(t < k) for t in range(10)] for k in range(11)]  # returns 0..10
+    stats = rcp.update(rcp_batch(rights), 0)
+    assert rcp.iterations == 1 and int(rcp.model.updates) == 300 and math.isfinite(stats["loss"])
+    commands = rcp.control["commands"]
+    assert torch.isnan(commands[:, 1]).all() and commands[:, 0].std() > 0  # one draw per env
+    data = rcp.targets()
+    if algo == "rcp_r":
+        # gamma 1: the episodes' returns 0..10; the command distribution is N(mean + std, std)
+        assert sorted(data["starts"].tolist()) == [float(k) for k in range(11)]
+        assert stats["rcp/command_mean"] == pytest.approx(5.0 + np.std(np.arange(11)))
+    else:
+        assert "value_loss" in stats and math.isfinite(stats["value_loss"])
+    # The better the target, the more the policy moves right: the weighted fit prefers high-target actions.
+    state = torch.tensor([[0.0, 0.0]])
+    scale = rcp.cfg.command_scale[0]
+    low = torch.softmax(rcp.model(torch.cat([state, torch.tensor([[-5.0 * scale]])], 1)), -1)[0, 1]
+    high = torch.softmax(rcp.model(torch.cat([state, torch.tensor([[10.0 * scale]])], 1)), -1)[0, 1]
+    if algo == "rcp_r":
+        assert high > low
+
+
+def test_rcp_a_value_function_fits_the_td_lambda_targets():
+    torch.manual_seed(1)
+    rcp = make_rcp("rcp_a", udrl_warmup_episodes=11, rcp_updates_per_iteration=200, gamma=1.0)
+    rcp.update(rcp_batch([[int(t < k) for t in range(10)] for k in range(11)]), 0)
+    first = rcp.last["value_loss"]
+    rcp.iteration()
+    assert rcp.iteration()["value_loss"] < first
+
+
+def test_rcp_checkpoint_round_trip():
+    torch.manual_seed(2)
+    rcp = make_rcp("rcp_a", udrl_warmup_episodes=4, rcp_updates_per_iteration=5)
+    rcp.update(rcp_batch(np.random.default_rng(2).integers(0, 2, size=(4, 10)).tolist()), 0)
+    fresh = make_rcp("rcp_a")
+    fresh.model.load_state_dict(rcp.model.state_dict())
+    fresh.load_state_dict(rcp.state_dict())
+    fresh.load_replay_state(rcp.replay_state())
+    assert (fresh.episodes, fresh.iterations, len(fresh.replay)) == (4, 1, 4)
+    for a, b in zip(fresh.value.parameters(), rcp.value.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(fresh.targets()["targets"], rcp.targets()["targets"])
+    assert torch.equal(fresh.control["commands"][:, 0], rcp.model.command.expand(len(fresh.control["commands"])))
+
+
+def test_rcp_flags():
+    cfg = rcp_cfg("rcp_r")
+    assert (cfg.learning_rate, cfg.batch_size, cfg.command_mlp_layers, cfg.command_scale) == (
+        1e-3,
+        256,
+        [64, 64],
+        [0.025],
+    )
+    assert verify(cfg) == []
+    assert any(e.startswith("--command_scale") for e in verify(rcp_cfg("rcp_r", command_scale=[0.1, 0.1])))
+    assert any(e.startswith("--rcp_lambda") for e in verify(rcp_cfg("rcp_a", rcp_lambda=1.5)))
+    assert any(e.startswith("--rcp_beta") for e in verify(rcp_cfg("rcp_a", rcp_beta=0.0)))
