@@ -57,9 +57,11 @@ def verify_udrl(c: Any) -> list[str]:
     """UDRL's flag errors (and engine options it does not support), one line each."""
     errors = [
         f"--{name}={getattr(c, name)}: must be > 0"
-        for name in ("udrl_buffer_episodes", "udrl_last_few", "udrl_updates_per_iteration", "max_command_return")
+        for name in ("udrl_buffer_episodes", "udrl_last_few", "udrl_updates_per_iteration")
         if getattr(c, name) <= 0
     ]
+    if not math.isfinite(c.max_command_return):
+        errors.append(f"--max_command_return={c.max_command_return}: must be a finite number (any sign)")
     if c.udrl_last_few > c.udrl_buffer_episodes:
         errors.append(f"--udrl_last_few={c.udrl_last_few}: must be <= --udrl_buffer_episodes={c.udrl_buffer_episodes}")
     return errors + verify_command_policy(c)

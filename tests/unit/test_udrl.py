@@ -258,3 +258,8 @@ def test_checkpoint_round_trip_keeps_buffer_command_and_optimizer():
 def test_bad_flags_are_one_line_naming_the_flag(overrides, flag):
     errors = verify(udrl_cfg(**overrides))
     assert any(line.startswith(flag) for line in errors), errors
+
+
+def test_a_negative_command_cap_is_valid():
+    assert verify(udrl_cfg(max_command_return=-50.0)) == []  # envs with negative returns (Pendulum)
+    assert any(e.startswith("--max_command_return") for e in verify(udrl_cfg(max_command_return=math.inf)))
