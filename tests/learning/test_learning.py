@@ -12,6 +12,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests.conftest import run_script
 
 MODES = {"workers2": ["--num_workers=2"], "serial": ["--serial_mode", "--num_workers=2"]}
+# Two data-parallel learner ranks (DDP over gloo, one process each): CartPole only, to keep CI's time.
+RANKS2 = {"ranks2": ["--num_workers=2", "--learner_world_size=2"]}
 
 
 def returns(summary_dir: Path) -> list[tuple[int, float]]:
@@ -28,7 +30,7 @@ def train(train_dir: Path, env: str, steps: int, mode: str, timeout: float) -> l
         f"--train_for_env_steps={steps}",
         "--report_interval=2",
         "--seed=1",
-        *MODES[mode],
+        *(MODES | RANKS2)[mode],
     ]
     run_script("train_appo.py", args, timeout=timeout, check=True)
     return returns(train_dir / "learn" / "summaries" / "0")
@@ -41,6 +43,14 @@ def test_cartpole_reaches_450(train_dir, mode):
     curve = train(train_dir, "CartPole-v1", 400_000, mode, timeout=280)
     best = max(v for _, v in curve)
     assert best >= 450, f"CartPole best average return {best:.1f} < 450; curve {curve[-5:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_cartpole_reaches_450_with_two_learner_ranks(train_dir):
+    curve = train(train_dir, "CartPole-v1", 400_000, "ranks2", timeout=280)
+    best = max(v for _, v in curve)
+    assert best >= 450, f"CartPole (2 learner ranks) best average return {best:.1f} < 450; curve {curve[-5:]}"
 
 
 @pytest.mark.slow
