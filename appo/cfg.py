@@ -395,6 +395,11 @@ def verify_learner_ranks(cfg: Cfg, d: Derived) -> list[str]:
     errors = []
     if size > 1 and cfg.serial_mode:
         errors.append(f"{flag}: --serial_mode runs one learner in the driver process; use 1")
+    if size > 1 and cfg.algo in ALGORITHMS:
+        from appo.algorithms import algorithm_class
+
+        if algorithm_class(cfg.algo).consumes != "fresh":
+            errors.append(f"{flag}: --algo={cfg.algo} keeps its own replay and trains on one learner rank; use 1")
     if size > d.trajectories_per_iteration:
         errors.append(
             f"{flag}: an iteration has {d.trajectories_per_iteration} trajectories (--batch_size x "
