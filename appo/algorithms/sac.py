@@ -27,6 +27,7 @@ from appo.algorithms.sac_flags import learning_starts_of, target_entropy_value
 from appo.cfg import Cfg, Derived
 from appo.learning.replay import Replay, transitions
 from appo.squashed_gaussian import SquashedGaussianActor, TwinQ, polyak_update
+from utils.logging import log
 
 RATE_WINDOW = 10.0  # seconds over which updates per second are measured
 
@@ -106,6 +107,7 @@ class SAC(Algorithm):
 
     def load_replay_state(self, state: dict[str, Any]) -> None:
         self.replay.load_state_dict(state)
+        log.info("SAC: replay of %d transitions loaded (capacity %d)", self.replay.size, self.replay.capacity)
 
     # --- one iteration ------------------------------------------------------------------------------
     def update(self, batch: dict[str, Tensor], env_steps: int) -> dict[str, float]:
