@@ -82,7 +82,9 @@ class CommandPolicy(nn.Module):
                 actions = torch.randint(self.num_actions, (B, 1))
                 log_probs = torch.full((B,), -float(np.log(self.num_actions)))
             else:
-                actions = self.low + (self.high - self.low) * torch.rand(B, len(self.low))
+                bounded = torch.isfinite(self.low) & torch.isfinite(self.high)
+                uniform = self.low + (self.high - self.low) * torch.rand(B, len(self.low))
+                actions = torch.where(bounded, uniform, torch.randn(B, len(self.low)))  # unbounded: N(0, 1)
                 log_probs = torch.zeros(B)
             return ActOutput(actions, log_probs, torch.zeros(B), rnn_states)
         dist = self.distribution(obs)
