@@ -173,7 +173,7 @@ class LocalBackend:
         ):
             processes = self.sup.of_kind(kind)
             if kind == "evaluators" and processes and not driver.errors:
-                self.final_evaluation(driver)
+                self.final_evaluation(driver, processes)
             for target in targets:
                 for _ in range(len(processes) if kind == "policy_workers" else 1):
                     put_quietly(target, stop)
@@ -188,13 +188,17 @@ class LocalBackend:
         for link in self.links:
             link.close()
 
-    def final_evaluation(self, driver: Any, timeout: float = 120.0) -> None:
-        """One last evaluation of every policy's newest weights, so every run ends with eval summaries."""
+    def final_evaluation(self, driver: Any, evaluators: list[Any], timeout: float = 120.0) -> None:
+        """One last evaluation of every policy's newest weights, so every run ends with eval summaries; not
+        waited for once no evaluator process is alive to answer."""
         import time
 
         self.send(driver.eval_requests(force=True))
         deadline = time.monotonic() + timeout
         while not driver.evals_done() and time.monotonic() < deadline:
+            if not any(p.is_alive() for p in evaluators):
+                log.warning("no final evaluation: the evaluator is gone")
+                break
             driver.on_messages(self.poll(0.5))
 
 

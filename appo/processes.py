@@ -72,8 +72,12 @@ def component_main(cfg: Cfg, name: str, queues: Any, body: Callable[[], None], c
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     die_with_parent()
     set_process_title(process_title(cfg, name))
-    # The driver owns Ctrl-C: it sends Stop to everyone and waits for a clean exit.
+    # The driver owns Ctrl-C and SIGTERM: it sends Stop to everyone and waits for a clean exit (learners save,
+    # the evaluator runs its last evaluation). A signal to the whole process group (`timeout`, `kill -- -PGID`,
+    # a batch scheduler stopping the job) must not kill the children under it; a child that does not stop is
+    # killed by the driver (stop_processes), and every child dies with the driver (die_with_parent).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     init_logging(cfg.log_level, log_path(experiment_dir(cfg)), name)
     _limits = limit_threads(1)
     if cpu is not None:

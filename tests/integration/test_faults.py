@@ -200,6 +200,26 @@ def test_sigterm_saves_and_exits_143(train_dir):
     assert list_checkpoints(train_dir / "term" / "checkpoint_p0")
 
 
+def test_sigterm_to_the_whole_process_group_is_one_orderly_stop(train_dir):
+    """As `timeout`, `kill -- -PGID` or a batch scheduler send it: every process of the run gets SIGTERM. The
+    children leave the stop to the driver: nothing is restarted, the learner saves, the evaluator still gives
+    its last evaluation, and the run ends promptly."""
+    args = [*FAST, f"--train_dir={train_dir}", "--experiment=group", "--train_for_seconds=120"]
+    proc = start([*args, "--eval_interval=4000", "--eval_episodes=2"])
+    log = train_dir / "group" / "log.txt"
+    assert wait_for_steps_above(log, 2000, timeout=60), log.read_text()[-2000:] if log.exists() else "no log"
+    find("appo:group:evaluator")
+    started = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)
+    out = finish(proc, timeout=90)
+    text = log.read_text()
+    assert proc.returncode == 143, out[-3000:]
+    assert time.monotonic() - started < 40, text[-3000:]
+    assert "starting it again" not in text and "killed by signal" not in text, text[-3000:]
+    assert "the evaluator is gone" not in text, text[-3000:]
+    assert list_checkpoints(train_dir / "group" / "checkpoint_p0")
+
+
 def test_killed_learner_stops_the_run_and_the_rerun_resumes(train_dir):
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=lr", "--train_for_env_steps=400000"]
     proc = start(args)
