@@ -61,8 +61,9 @@ def synthetic_record(cfg: Cfg, seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
-def measure(args: argparse.Namespace, size: int) -> tuple[float, float]:
-    """(median learner samples/s over the timed iterations, wall-clock samples/s over them) with `size` ranks."""
+def measure(args: argparse.Namespace, size: int) -> tuple[float, float, list[str]]:
+    """(median learner samples/s over the timed iterations, wall-clock samples/s over them, each rank's shutdown
+    profile) with `size` ranks."""
     samples = args.batch_size * args.num_batches_per_epoch
     with tempfile.TemporaryDirectory(prefix="learner_scaling_") as tmp:
         cfg = Cfg(
@@ -82,7 +83,6 @@ def measure(args: argparse.Namespace, size: int) -> tuple[float, float]:
             device=args.device,
             max_policy_lag=args.iterations + 1,
             save_every_sec=1e9,
-            log_level="warning",
         )
         run = train_on_fixed_batch(cfg, SPACES, synthetic_record(cfg), args.iterations)
     timed = run.reports[args.warmup :]
@@ -90,7 +90,8 @@ def measure(args: argparse.Namespace, size: int) -> tuple[float, float]:
     # Wall clock from the last warm-up report to the last one: the next batch is handed over as soon as the slots
     # come back, so the learner is the bottleneck and this is its steady pace, batch copies and sharding included.
     wall = samples * len(timed) / (run.arrivals[-1] - run.arrivals[args.warmup - 1])
-    return rate, wall
+    profiles = [line.split("] INFO ", 1)[-1] for line in run.log.splitlines() if " profile: " in line]
+    return rate, wall, profiles
 
 
 def main() -> int:
@@ -120,7 +121,7 @@ def main() -> int:
         order = args.world_sizes if repeat % 2 == 0 else args.world_sizes[::-1]
         for size in order:
             other = foreign_cpu()
-            rate, wall = measure(args, size)
+            rate, wall, profiles = measure(args, size)
             rates[size].append(rate)
             walls[size].append(wall)
             print(
@@ -128,6 +129,8 @@ def main() -> int:
                 f"(other processes used {other:.2f} cores just before)",
                 flush=True,
             )
+            for profile in profiles:
+                print(f"    {profile}")
     base = args.world_sizes[0]
     for size in args.world_sizes:
         print(f"G={size}: learner samples/s {summary(rates[size])}; wall samples/s {summary(walls[size])}")
