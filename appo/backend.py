@@ -100,7 +100,12 @@ class LocalBackend:
         common = (cfg, self.derived)
         heartbeats = {"actors": self.control["heartbeats"], "policy_workers": self.control["policy_heartbeats"]}
         self.sup = sup = Supervisor(
-            spawn_context(), heartbeats, q, cfg.worker_stuck_timeout, cfg.policy_workers_per_policy
+            spawn_context(),
+            heartbeats,
+            q,
+            cfg.worker_stuck_timeout,
+            cfg.policy_workers_per_policy,
+            start_timeout=cfg.worker_start_timeout + cfg.decorrelate_experience_max_seconds,
         )
         for p in topo.learners:
             self.start_learner_ranks(p)

@@ -63,6 +63,9 @@ class SamplingCfg:
     reward_clip: float = _f(0.0, "rewards are clipped to +-this before learning; 0 disables")
     sparse_reward: bool = _f(False, "pay each episode's whole return at its last step, 0 before (the sum is kept)")
     worker_stuck_timeout: float = _f(30.0, "seconds without a heartbeat before an actor worker is replaced")
+    worker_start_timeout: float = _f(
+        120.0, "seconds a started actor or policy worker may take to its first heartbeat (env construction)"
+    )
     stall_timeout: float = _f(300.0, "seconds without any env step trained before the run stops with an error")
     max_env_errors: int = _f(10, "consecutive failures of one env (rebuilt each time) before the run fails")
 
@@ -322,6 +325,7 @@ def verify(cfg: Cfg) -> list[str]:
         + ["num_batches_per_epoch", "num_epochs", "policy_workers_per_policy", "learning_rate", "rnn_size"]
         + ["keep_checkpoints", "report_interval", "train_for_env_steps", "train_for_seconds"]
         + ["episodes_per_trial", "num_test_tasks", "eval_episodes", "worker_stuck_timeout", "max_env_errors"]
+        + ["worker_start_timeout"]
         + ["stall_timeout"],
     )
     if errors:

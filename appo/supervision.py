@@ -1,10 +1,12 @@
 """The driver's view of its children: start every process, watch them, replace the ones that can be
 replaced, and stop them all.
 
-- An actor worker killed by a signal (OOM killer, segfault, kill -9) or silent for longer than
-  `--worker_stuck_timeout` (its heartbeat stamp in shared memory) is killed if still there and started
-  again with a new incarnation; the slot groups it was filling are reused, those with the learner come back
-  by SlotsReleased, and replies meant for the old incarnation are ignored. Lost: its unfinished rollouts.
+- An actor worker killed by a signal (OOM killer, segfault, kill -9), silent for longer than
+  `--worker_stuck_timeout` (its heartbeat stamp in shared memory), or without a first heartbeat
+  `--worker_start_timeout` seconds after it was started (hung while building its envs) is killed if still
+  there and started again with a new incarnation; the slot groups it was filling are reused, those with the
+  learner come back by SlotsReleased, and replies meant for the old incarnation are ignored. Lost: its
+  unfinished rollouts.
 - A policy worker killed by a signal, or silent for longer than `--worker_stuck_timeout` (blocked for good
   inside its request queue when an actor worker was killed in that queue's critical section), is started
   again on a fresh request queue (the old one may block its writers: a reader killed while waiting on a
@@ -31,6 +33,7 @@ class Child:
     def __init__(self, kind: str, name: str, start: Callable[[int], Any], restartable: bool) -> None:
         self.kind, self.name, self.start, self.restartable = kind, name, start, restartable
         self.incarnation = 0
+        self.started = time.time()
         self.process = start(0)
 
     def restart(self) -> None:
@@ -38,12 +41,19 @@ class Child:
             self.process.kill()
         self.process.join(5.0)
         self.incarnation += 1
+        self.started = time.time()
         self.process = self.start(self.incarnation)
 
 
 class Supervisor:
     def __init__(
-        self, ctx: Any, heartbeats: dict[str, Any], queues: Any, stuck_timeout: float, workers_per_policy: int = 1
+        self,
+        ctx: Any,
+        heartbeats: dict[str, Any],
+        queues: Any,
+        stuck_timeout: float,
+        workers_per_policy: int = 1,
+        start_timeout: float = 120.0,
     ) -> None:
         self.ctx = ctx
         # kind -> shared float64 tensor: wall time of each actor worker's / policy worker's last loop
@@ -54,7 +64,7 @@ class Supervisor:
             "actors": (queues.incarnations, INBOX_SPARES),
             "policy_workers": (queues.policy_incarnations, POLICY_QUEUE_SPARES),
         }
-        self.stuck_timeout = stuck_timeout
+        self.stuck_timeout, self.start_timeout = stuck_timeout, start_timeout
         self.children: list[Child] = []
         self.restarts = 0
 
@@ -75,11 +85,12 @@ class Supervisor:
         now = time.time()
         for child in self.children:
             code = child.process.exitcode
-            stuck = child.kind in self.heartbeats and self._is_stuck(child, now)
+            # An exit code says more than a stale heartbeat: a child that raised is a failure, not a hang.
+            stuck = code is None and child.kind in self.heartbeats and self._is_stuck(child, now)
             if code is None and not stuck:
                 continue
             if child.restartable and (stuck or code < 0) and self._has_spare_queue(child):
-                why = f"silent for over {self.stuck_timeout:g} s" if stuck else f"killed by signal {-code}"
+                why = self._silence(child, now) if stuck else f"killed by signal {-code}"
                 log.warning("%s %s: starting it again (restart %d)", child.name, why, self.restarts + 1)
                 self.heartbeats[child.kind][self._beat_index(child)] = 0.0  # no verdict until the new one beats
                 table, _ = self.queue_tables[child.kind]
@@ -114,7 +125,14 @@ class Supervisor:
 
     def _is_stuck(self, child: Child, now: float) -> bool:
         beat = float(self.heartbeats[child.kind][self._beat_index(child)])
-        return beat > 0 and now - beat > self.stuck_timeout
+        if beat <= 0:  # not a single beat yet: still starting, or hung before its loop
+            return now - child.started > self.start_timeout
+        return now - beat > self.stuck_timeout
+
+    def _silence(self, child: Child, now: float) -> str:
+        if float(self.heartbeats[child.kind][self._beat_index(child)]) <= 0:
+            return f"without a heartbeat {now - child.started:.0f} s after its start (--worker_start_timeout)"
+        return f"silent for over {self.stuck_timeout:g} s"
 
     def kill_all(self) -> None:
         for child in self.children:

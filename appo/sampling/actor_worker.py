@@ -149,8 +149,10 @@ class ActorWorker:
 
 def actor_worker_loop(worker: ActorWorker, queues: Queues) -> None:
     inbox = actor_inbox(queues, worker.worker_idx)
-    worker.heartbeat()
+    # The first heartbeat comes once the envs are built and reset: until then --worker_start_timeout governs
+    # (building many heavy envs on a busy machine can take longer than --worker_stuck_timeout).
     send(worker.keep_local(worker.init()), queues)
+    worker.heartbeat()
     while True:
         with worker.timing.add_time("wait"):
             try:

@@ -185,6 +185,28 @@ def test_hanging_env_worker_is_replaced(train_dir, tmp_path):
     assert re.search(r"actor_worker_\d silent for over 4 s: starting it again", text), text[-2000:]
 
 
+def test_worker_hung_before_its_first_heartbeat_is_replaced(train_dir, tmp_path):
+    flag = tmp_path / "hung_at_start"
+    proc = start(
+        [
+            "--env=tests.support.faulty_envs:HangAtStartOnceEnv",
+            *FAST[1:],
+            f"--train_dir={train_dir}",
+            "--experiment=hang_start",
+            "--worker_start_timeout=15",
+            "--train_for_seconds=35",
+        ],
+        env={"APPO_TEST_HANG_FLAG": str(flag)},
+    )
+    out = finish(proc, timeout=150)
+    assert proc.returncode == 0, out[-3000:]
+    assert flag.exists()
+    text = (train_dir / "hang_start" / "log.txt").read_text()
+    assert re.search(r"actor_worker_\d without a heartbeat \d+ s after its start .*: starting it again", text), text[
+        -2000:
+    ]
+
+
 def test_sigterm_saves_and_exits_143(train_dir):
     proc = start([*FAST, f"--train_dir={train_dir}", "--experiment=term", "--train_for_seconds=120"])
     log = train_dir / "term" / "log.txt"

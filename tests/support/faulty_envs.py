@@ -62,6 +62,22 @@ class HangOnceEnv(_Base):
         return super().step(action)
 
 
+class HangAtStartOnceEnv(_Base):
+    """Hangs forever while an actor worker builds it, once per run: the first env built in an actor worker
+    creates the file named by $APPO_TEST_HANG_FLAG and hangs (its worker never reaches its first heartbeat);
+    envs after it, and those the driver builds to read the spaces, are fine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import multiprocessing
+
+        flag = Path(os.environ["APPO_TEST_HANG_FLAG"])
+        if multiprocessing.current_process().name.startswith("actor_worker") and not flag.exists():
+            flag.write_text(str(os.getpid()))
+            while True:
+                time.sleep(1)
+
+
 class NanRewardEnv(_Base):
     """Pays NaN rewards: every update's loss is NaN."""
 
