@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -165,46 +166,25 @@ def test_env_failing_every_step_fails_the_run_clearly(train_dir):
     assert "failed 4 times in a row (--max_env_errors=3); last error: ValueError: broken env" in result.stdout
 
 
-def test_hanging_env_worker_is_replaced(train_dir, tmp_path):
+@pytest.mark.parametrize(
+    ("env", "timeout_flag", "replaced"),
+    [
+        # Hangs in step after 200 steps: the heartbeat goes stale.
+        ("HangOnceEnv", "--worker_stuck_timeout=4", r"silent for over 4 s"),
+        # Hangs while an actor builds it: no first heartbeat ever.
+        ("HangAtStartOnceEnv", "--worker_start_timeout=15", r"without a heartbeat \d+ s after its start \S+"),
+    ],
+    ids=["in_step", "at_start"],
+)
+def test_hanging_env_worker_is_replaced(train_dir, tmp_path, env, timeout_flag, replaced):
     flag = tmp_path / "hung"
-    proc = start(
-        [
-            "--env=tests.support.faulty_envs:HangOnceEnv",
-            *FAST[1:],
-            f"--train_dir={train_dir}",
-            "--experiment=hang",
-            "--worker_stuck_timeout=4",
-            "--train_for_seconds=35",
-        ],
-        env={"APPO_TEST_HANG_FLAG": str(flag)},
-    )
-    out = finish(proc)
-    assert proc.returncode == 0, out[-3000:]
-    assert flag.exists()
-    text = (train_dir / "hang" / "log.txt").read_text()
-    assert re.search(r"actor_worker_\d silent for over 4 s: starting it again", text), text[-2000:]
-
-
-def test_worker_hung_before_its_first_heartbeat_is_replaced(train_dir, tmp_path):
-    flag = tmp_path / "hung_at_start"
-    proc = start(
-        [
-            "--env=tests.support.faulty_envs:HangAtStartOnceEnv",
-            *FAST[1:],
-            f"--train_dir={train_dir}",
-            "--experiment=hang_start",
-            "--worker_start_timeout=15",
-            "--train_for_seconds=35",
-        ],
-        env={"APPO_TEST_HANG_FLAG": str(flag)},
-    )
+    args = [f"--env=tests.support.faulty_envs:{env}", *FAST[1:], f"--train_dir={train_dir}", "--experiment=hang"]
+    proc = start([*args, timeout_flag, "--train_for_seconds=35"], env={"APPO_TEST_HANG_FLAG": str(flag)})
     out = finish(proc, timeout=150)
     assert proc.returncode == 0, out[-3000:]
     assert flag.exists()
-    text = (train_dir / "hang_start" / "log.txt").read_text()
-    assert re.search(r"actor_worker_\d without a heartbeat \d+ s after its start .*: starting it again", text), text[
-        -2000:
-    ]
+    text = (train_dir / "hang" / "log.txt").read_text()
+    assert re.search(rf"actor_worker_\d {replaced}: starting it again", text), text[-2000:]
 
 
 def test_sigterm_saves_and_exits_143(train_dir):
