@@ -1,6 +1,7 @@
 """Learning tests: the engine must actually learn, in both the multi-process and the serial mode.
 Thresholds are on the average return of the last 100 episodes, read back from the run's tensorboard
-file with tensorboard's own reader; the best value the run reported must reach the threshold."""
+file with tensorboard's own reader: what the run reports at its end (what a user reads), not the top value
+anywhere in the curve."""
 
 from __future__ import annotations
 
@@ -41,16 +42,16 @@ def train(train_dir: Path, env: str, steps: int, mode: str, timeout: float) -> l
 @pytest.mark.parametrize("mode", MODES)
 def test_cartpole_reaches_450(train_dir, mode):
     curve = train(train_dir, "CartPole-v1", 400_000, mode, timeout=280)
-    best = max(v for _, v in curve)
-    assert best >= 450, f"CartPole best average return {best:.1f} < 450; curve {curve[-5:]}"
+    final = curve[-1][1]
+    assert final >= 450, f"CartPole final average return {final:.1f} < 450; curve {curve[-5:]}"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_cartpole_reaches_450_with_two_learner_ranks(train_dir):
     curve = train(train_dir, "CartPole-v1", 400_000, "ranks2", timeout=280)
-    best = max(v for _, v in curve)
-    assert best >= 450, f"CartPole (2 learner ranks) best average return {best:.1f} < 450; curve {curve[-5:]}"
+    final = curve[-1][1]
+    assert final >= 450, f"CartPole (2 learner ranks) final average return {final:.1f} < 450; curve {curve[-5:]}"
 
 
 @pytest.mark.slow
@@ -58,5 +59,5 @@ def test_cartpole_reaches_450_with_two_learner_ranks(train_dir):
 @pytest.mark.parametrize("mode", MODES)
 def test_pendulum_reaches_minus_250(train_dir, mode):
     curve = train(train_dir, "Pendulum-v1", 300_000, mode, timeout=280)
-    best = max(v for _, v in curve)
-    assert best >= -250, f"Pendulum best average return {best:.1f} < -250; curve {curve[-5:]}"
+    final = curve[-1][1]
+    assert final >= -250, f"Pendulum final average return {final:.1f} < -250; curve {curve[-5:]}"
