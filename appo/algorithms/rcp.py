@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
-from appo.algorithms.udrl import HISTORY_COLUMNS, run_command_episode, stitch
+from appo.algorithms.udrl import HISTORY_COLUMNS, greedy_returns, stitch
 from appo.cfg import Cfg, Derived
 from appo.command_policy import CommandPolicy
 from appo.control import set_commands
@@ -265,18 +265,7 @@ class RCP(Algorithm):
             set_commands(table, [value], [env])
 
     def evaluate(self, command: list[float]) -> list[float]:
-        if self.eval_env is None:
-            from envs import make_run_env
-
-            self.eval_env = make_run_env(self.cfg)
-        self.model.eval()
-        try:
-            return [
-                run_command_episode(self.eval_env, self.model, command, seed=self.cfg.seed + 10_000 + k)[0]
-                for k in range(self.cfg.udrl_eval_episodes)
-            ]
-        finally:
-            self.model.train()
+        return greedy_returns(self, command)
 
 
 class RCPA(RCP):

@@ -289,21 +289,27 @@ class UDRL(Algorithm):
 
     def evaluate(self, command: tuple[float, float]) -> list[float]:
         """Greedy episodes with `command` on an env of this process (built on first use)."""
-        if self.eval_env is None:
-            from envs import make_run_env
-
-            self.eval_env = make_run_env(self.cfg)
-        self.model.eval()
-        try:
-            return [
-                run_command_episode(self.eval_env, self.model, command, seed=self.cfg.seed + 10_000 + k)[0]
-                for k in range(self.cfg.udrl_eval_episodes)
-            ]
-        finally:
-            self.model.train()
+        return greedy_returns(self, command)
 
     def _best(self) -> float:
         return float(self.buffer.returns()[0]) if len(self.buffer) else math.nan
+
+
+def greedy_returns(algo: Any, command: Any) -> list[float]:
+    """`--udrl_eval_episodes` greedy episodes of `algo`'s model with `command`, on an env of this process that
+    `algo.eval_env` keeps (built on first use): UDRL's and RCP's evaluation."""
+    if algo.eval_env is None:
+        from envs import make_run_env
+
+        algo.eval_env = make_run_env(algo.cfg)
+    algo.model.eval()
+    try:
+        return [
+            run_command_episode(algo.eval_env, algo.model, command, seed=algo.cfg.seed + 10_000 + k)[0]
+            for k in range(algo.cfg.udrl_eval_episodes)
+        ]
+    finally:
+        algo.model.train()
 
 
 def run_command_episode(

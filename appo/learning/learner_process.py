@@ -101,6 +101,14 @@ class TrainerThread:
         self.drain(queues)
 
 
+def receive(inbox: Any, timeout: float = 0.1) -> list[Any]:
+    """What arrived in `inbox` within `timeout` seconds (nothing: an empty list)."""
+    try:
+        return inbox.get_many(timeout=timeout)
+    except Exception:  # queue.Empty on timeout
+        return []
+
+
 def learner_loop(learner: Learner, queues: Queues, link: RankLink | None = None) -> None:
     """Main thread: receive messages, copy batches; trainer thread: train on them. `link`: this is rank 0 of
     several learner ranks."""
@@ -110,10 +118,7 @@ def learner_loop(learner: Learner, queues: Queues, link: RankLink | None = None)
     stopping = False
     try:
         while not stopping:
-            try:
-                msgs = inbox.get_many(timeout=0.1)
-            except Exception:  # queue.Empty on timeout
-                msgs = []
+            msgs = receive(inbox)
             for msg in msgs:
                 if type(msg) is Stop:
                     stopping = True
@@ -147,10 +152,7 @@ def follower_loop(learner: Learner, link: RankLink, queues: Queues) -> None:
     stopping = False
     try:
         while not stopping:
-            try:
-                msgs = inbox.get_many(timeout=0.1)
-            except Exception:  # queue.Empty on timeout
-                msgs = []
+            msgs = receive(inbox)
             for msg in msgs:
                 if type(msg) is Stop:
                     stopping = True
