@@ -42,10 +42,16 @@ def start(args: list[str], env: dict | None = None) -> subprocess.Popen:
     )
 
 
-def find(title: str, timeout: float = 60) -> psutil.Process:
+def find(proc: subprocess.Popen, title: str, timeout: float = 60) -> psutil.Process:
+    """The process titled `title` among `proc`'s descendants (not another run's of the same name: test
+    sessions may share the machine)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for p in psutil.process_iter():
+        try:
+            descendants = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            descendants = []
+        for p in descendants:
             try:
                 if title in " ".join(p.cmdline()):
                     return p
@@ -103,11 +109,11 @@ def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_ta
     proc = start([*args, "--actor_inference=False"])  # policy worker processes
     log = train_dir / "k" / "log.txt"
     assert wait_for_steps_above(log, 0), "training never began"
-    find("appo:k:actor_worker_0").kill()
+    find(proc, "appo:k:actor_worker_0").kill()
     _wait_for(log, "actor_worker_0 killed by signal 9: starting it again")
     before = steps_in(log)
     assert wait_for_steps_above(log, before), "training did not go on after the actor worker's restart"
-    find("appo:k:policy_worker_0_0").kill()
+    find(proc, "appo:k:policy_worker_0_0").kill()
     _wait_for(log, "policy_worker_0_0 killed by signal 9: starting it again")
     out = finish(proc, timeout=150)
     assert proc.returncode == 0, out[-3000:]
@@ -124,8 +130,10 @@ def test_a_frozen_policy_worker_is_found_by_its_heartbeat_and_replaced(train_dir
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=frozen", "--train_for_env_steps=150000"]
     proc = start([*args, "--worker_stuck_timeout=5", "--actor_inference=False"])
     log = train_dir / "frozen" / "log.txt"
-    _wait_for(log, "INFO steps")
-    frozen = find("appo:frozen:policy_worker_0_0")
+    # Frozen once it has served (and so stamped its heartbeat): one frozen before its first beat is the start
+    # timeout's case (--worker_start_timeout), not this one's.
+    assert wait_for_steps_above(log, 2000, timeout=60), "training never began"
+    frozen = find(proc, "appo:frozen:policy_worker_0_0")
     frozen.suspend()
     _wait_for(log, "policy_worker_0_0 silent for over 5 s: starting it again", timeout=60)
     out = finish(proc, timeout=150)
@@ -210,7 +218,7 @@ def test_sigterm_to_the_whole_process_group_is_one_orderly_stop(train_dir):
     proc = start([*args, "--eval_interval=4000", "--eval_episodes=2"])
     log = train_dir / "group" / "log.txt"
     assert wait_for_steps_above(log, 2000, timeout=60), log.read_text()[-2000:] if log.exists() else "no log"
-    find("appo:group:evaluator")
+    find(proc, "appo:group:evaluator")
     started = time.monotonic()
     os.killpg(proc.pid, signal.SIGTERM)
     out = finish(proc, timeout=90)
@@ -227,7 +235,7 @@ def test_killed_learner_stops_the_run_and_the_rerun_resumes(train_dir):
     proc = start(args)
     ckpt_dir = train_dir / "lr" / "checkpoint_p0"
     wait_for_checkpoints(ckpt_dir, 2)
-    find("appo:lr:learner_0").kill()
+    find(proc, "appo:lr:learner_0").kill()
     out = finish(proc)
     assert proc.returncode == 1, out[-3000:]
     assert "learner_0 died (signal 9)" in out
