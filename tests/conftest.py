@@ -57,6 +57,18 @@ def no_leftovers():
 
 
 @pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test, then as it was: for tests of small networks, where more threads only
+    add synchronisation (several-fold on a busy 2-core machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def train_dir(tmp_path: Path) -> Path:
     return tmp_path / "train_dir"
 

@@ -26,13 +26,8 @@ from appo.model import make_model
 from envs import make_run_env
 from tests.unit.test_udrl import CHAIN, chain_batch
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Small networks: one torch thread is faster than two fighting over a busy machine (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def rcp_cfg(algo: str = "rcp_r", **overrides):

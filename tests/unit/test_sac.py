@@ -23,13 +23,8 @@ OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 BOX = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny networks: more torch threads only add synchronisation (on a loaded 2-core machine, several-fold)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Small networks: one torch thread is faster than two fighting over a busy machine (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def sac_cfg(**overrides):

@@ -23,13 +23,8 @@ from tests.support.chain_env import ChainEnv
 CHAIN = "tests.support.chain_env:ChainEnv"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small networks: one torch thread is several times faster than two fighting over a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Small networks: one torch thread is faster than two fighting over a busy machine (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def udrl_cfg(**overrides):
