@@ -22,6 +22,8 @@ Who sends what to whom (the queues themselves are created in appo.runner.wire):
     evaluator     --EvalReport-------->  driver queue
     any child     --ErrorReport------->  driver queue, then exits non-zero
     driver        --Stop-------------->  every inbox and queue
+    MAML driver   --SampleEpisodes---->  inbox of sampler worker `worker_idx` (--algo=maml_trpo)
+    sampler worker --EpisodesReady---->  MAML driver queue (the rows of the episode buffer it filled)
 """
 
 from __future__ import annotations
@@ -185,3 +187,24 @@ class Stop(NamedTuple):
 
 
 Message = Any
+
+
+class SampleEpisodes(NamedTuple):
+    """MAML (appo/sampling/maml_sampler.py): fill rows `rows` of episode buffer `buffer` with --fast_batch_size
+    episodes each, row i on task `tasks[i]` acting with weight set `weight_rows[i]`; every episode seeded from
+    (seed, stream, iteration, row, episode), so which worker runs a row does not change its episodes."""
+
+    buffer: int
+    stream: int
+    iteration: int
+    rows: tuple[int, ...]
+    tasks: tuple[dict[str, float], ...]
+    weight_rows: tuple[int, ...]
+
+
+class EpisodesReady(NamedTuple):
+    """MAML: sampler worker `worker_idx` has written `rows` of episode buffer `buffer`."""
+
+    worker_idx: int
+    buffer: int
+    rows: tuple[int, ...]

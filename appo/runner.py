@@ -224,6 +224,11 @@ def _write_json_atomic(path: Any, data: dict) -> None:
 
 def run(cfg: Cfg) -> int:
     """Train until a stop criterion; returns the process exit status."""
+    if cfg.algo == "maml_trpo":  # synchronous meta-iterations, driven by their own loop
+        verify_or_exit(cfg)
+        from appo.algorithms.maml_run import run as run_maml
+
+        return run_maml(cfg)
     exp_dir, spaces, derived, num_tasks = prepare(cfg)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg)

@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from appo.algorithms.maml_flags import MAML_DEFAULTS, MAML_PBT_RANGES, MamlCfg, verify_maml
 from appo.algorithms.ppo_flags import PPO_PBT_RANGES, PpoCfg, verify_ppo
 from appo.algorithms.rcp_flags import RCP_A_DEFAULTS, RCP_PBT_RANGES, RCP_R_DEFAULTS, RcpCfg, verify_rcp
 from appo.algorithms.sac_flags import SAC_DEFAULTS, SAC_PBT_RANGES, SacCfg, verify_sac
@@ -91,6 +92,17 @@ register(
         verify_rcp,
         "reward-conditioned policy on advantages (TD(lambda) value function): weighted likelihood, FIFO replay",
         RCP_A_DEFAULTS,
+    )
+)
+register(
+    AlgorithmSpec(
+        "maml_trpo",
+        "appo.algorithms.maml:MamlTrpo",
+        MamlCfg,
+        MAML_PBT_RANGES,
+        verify_maml,
+        "MAML with a TRPO meta-step: per-task adaptation by policy gradient, second-order meta-gradient",
+        MAML_DEFAULTS,
     )
 )
 

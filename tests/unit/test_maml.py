@@ -1,0 +1,194 @@
+"""MAML-TRPO's math (appo/algorithms/maml.py, appo/learning/trpo.py): the second-order meta-gradient against finite
+differences in float64, the TRPO step's accept/reject contract, the cheap KL Hessian-vector product against the
+direct one, the baseline and GAE against plain loops, and the samplers' numpy policy against the torch one."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from appo.algorithms.maml import (
+    Episodes,
+    MamlPolicy,
+    MamlTrpo,
+    adapt,
+    advantages,
+    discounted_returns,
+    flatten,
+    gae,
+    params_of,
+    unflatten,
+)
+from appo.learning.trpo import conjugate_gradient, line_search
+from appo.sampling.maml_sampler import NumpyGaussianMlp
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def make_cfg(**overrides: object) -> SimpleNamespace:
+    cfg = dict(gamma=0.99, gae_lambda=1.0, fast_lr=0.5, num_inner_steps=1, first_order=False, max_kl=1e-2)
+    cfg |= dict(cg_iters=10, cg_damping=1e-5, ls_max_steps=15, ls_backtrack_ratio=0.8)
+    return SimpleNamespace(**(cfg | overrides))
+
+
+def random_episodes(K: int, E: int, T: int, obs_dim: int, act_dim: int, seed: int, dtype=torch.float64) -> Episodes:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(T // 2, T + 1, (K, E), generator=g)
+    mask = (torch.arange(T) < lengths.unsqueeze(-1)).to(dtype)
+    obs = torch.randn(K, E, T, obs_dim, generator=g, dtype=dtype) * mask.unsqueeze(-1)
+    actions = torch.randn(K, E, T, act_dim, generator=g, dtype=dtype) * mask.unsqueeze(-1)
+    rewards = torch.randn(K, E, T, generator=g, dtype=dtype) * mask
+    return Episodes(obs, actions, rewards, mask)
+
+
+def tiny_learner(seed: int = 0, **cfg: object) -> MamlTrpo:
+    torch.manual_seed(seed)
+    model = MamlPolicy(3, 2, [5], "tanh", -0.3).double()
+    return MamlTrpo(make_cfg(**cfg), model)
+
+
+@pytest.mark.parametrize("num_inner_steps", [1, 2])
+def test_second_order_meta_gradient_equals_finite_differences(num_inner_steps: int) -> None:
+    learner = tiny_learner(num_inner_steps=num_inner_steps, fast_lr=0.1)
+    batches = learner.task_batches(random_episodes(2, 3, 6, 3, 2, 1), random_episodes(2, 3, 6, 3, 2, 2))
+    like = params_of(learner.model)
+    theta = flatten(like).detach().clone().requires_grad_()
+
+    def surrogate(flat: torch.Tensor) -> torch.Tensor:
+        return learner.outer_loss(unflatten(flat, like), batches, first_order=False)[0]
+
+    assert torch.autograd.gradcheck(surrogate, (theta,), eps=1e-6, atol=1e-7, rtol=1e-5)
+    # The same through the learner's own path (the model's parameters), and it is not the first-order gradient.
+    _, grad = learner.meta_gradient(batches)
+    expected = torch.autograd.grad(surrogate(theta), theta)[0]
+    assert torch.allclose(grad, expected, atol=1e-12)
+    first = torch.autograd.grad(learner.outer_loss(unflatten(theta, like), batches, True)[0], theta)[0]
+    assert (first - expected).abs().max() > 1e-4 * expected.abs().max()
+
+
+@pytest.mark.parametrize("first_order", [False, True])
+def test_kl_hessian_vector_product_equals_the_direct_one(first_order: bool) -> None:
+    learner = tiny_learner(first_order=first_order)
+    # Move the parameters away from those the old policy was computed with? No: TRPO's product is taken at them.
+    batches = learner.task_batches(random_episodes(3, 4, 7, 3, 2, 3), random_episodes(3, 4, 7, 3, 2, 4))
+    v = torch.randn(flatten(params_of(learner.model)).numel(), generator=torch.Generator().manual_seed(5)).double()
+    fast, direct = learner.kl_hvp(batches)(v), learner.kl_hvp_autograd(batches)(v)
+    assert torch.allclose(fast, direct, rtol=1e-9, atol=1e-12)
+    assert float(torch.dot(v, fast)) > 0  # the KL's Hessian at its minimum is positive semi-definite
+
+
+def test_trpo_step_accepted_improves_within_the_bound() -> None:
+    learner = tiny_learner()
+    train, valid = random_episodes(2, 4, 8, 3, 2, 6), random_episodes(2, 4, 8, 3, 2, 7)
+    batches = learner.task_batches(train, valid)  # pi_old: the adapted policies of the parameters before the step
+    before = flatten(params_of(learner.model)).detach().clone()
+    stats = learner.step(train, valid)
+    after = flatten(params_of(learner.model)).detach()
+    assert stats.is_accepted
+    assert stats.surrogate_after < stats.surrogate_before
+    assert 0 < stats.kl <= learner.cfg.max_kl
+    assert not torch.equal(before, after)
+    # What the step reports is what the new parameters give.
+    loss, kl = learner.outer_loss(unflatten(after.clone().requires_grad_(), params_of(learner.model)), batches, True)
+    assert float(loss.detach()) == pytest.approx(stats.surrogate_after, abs=1e-12)
+    assert float(kl.detach()) == pytest.approx(stats.kl, abs=1e-12)
+
+
+@pytest.mark.parametrize("case", ["no_improvement", "kl_too_large"])
+def test_trpo_step_rejected_leaves_every_parameter_bit_identical(case: str) -> None:
+    train, valid = random_episodes(2, 4, 8, 3, 2, 6), random_episodes(2, 4, 8, 3, 2, 7)
+    if case == "no_improvement":
+        # No reward anywhere: every advantage is 0, the surrogate is flat and no step improves it.
+        learner = tiny_learner()
+        valid = valid._replace(rewards=torch.zeros_like(valid.rewards))
+        train = train._replace(rewards=torch.zeros_like(train.rewards))
+    else:
+        # A bound far below what any step of the search reaches (the full step is scaled to 1e-2 nats first).
+        learner = tiny_learner(ls_max_steps=3)
+        learner.cfg.max_kl = 1e-2
+        original = learner.outer_loss
+
+        def stricter(params: dict, batches: list, first_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
+            loss, kl = original(params, batches, first_order)
+            return loss, kl + 1.0  # every candidate's KL is over the bound
+
+        learner.outer_loss = stricter  # type: ignore[method-assign]
+    state = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    stats = learner.step(train, valid)
+    assert not stats.is_accepted and stats.ls_steps == learner.cfg.ls_max_steps
+    for name, value in learner.model.state_dict().items():
+        assert torch.equal(value, state[name]), name
+
+
+def test_line_search_returns_the_start_itself_when_nothing_is_accepted() -> None:
+    start = torch.tensor([1.0, 2.0])
+    result = line_search(lambda p: (float(p.sum()), 1.0), start, torch.tensor([1.0, 1.0]), 10.0, max_kl=0.5)
+    assert result.params is start and not result.is_accepted and result.steps == 15
+    # With the KL within the bound the first improving candidate (the full step) is taken.
+    result = line_search(lambda p: (float(p.sum()), 0.1), start, torch.tensor([1.0, 1.0]), 10.0, max_kl=0.5)
+    assert result.is_accepted and result.steps == 1 and torch.equal(result.params, torch.tensor([0.0, 1.0]))
+    # Backtracking: only candidates within 0.3 of the start are allowed; 0.8^k <= 0.3 first at k = 6 (0.262).
+    result = line_search(lambda p: (-1.0, float((p - start).abs().max())), start, torch.ones(2), 0.0, 0.3, 15, 0.8)
+    assert result.is_accepted and result.steps == 7
+
+
+def test_conjugate_gradient_solves_a_positive_definite_system() -> None:
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(6, 6, generator=g, dtype=torch.float64)
+    H = a @ a.T + 0.5 * torch.eye(6, dtype=torch.float64)
+    b = torch.randn(6, generator=g, dtype=torch.float64)
+    x = conjugate_gradient(lambda v: H @ v, b, iters=6)
+    assert torch.allclose(H @ x, b, atol=1e-8)
+
+
+def test_gae_and_returns_against_plain_loops() -> None:
+    ep = random_episodes(1, 3, 9, 2, 1, 11).task(0)
+    gamma, lam = 0.9, 0.7
+    values = torch.randn(3, 9, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    adv, ret = gae(ep.rewards, values, ep.mask, gamma, lam), discounted_returns(ep.rewards, ep.mask, gamma)
+    for e in range(3):
+        n = int(ep.mask[e].sum())
+        r, v = ep.rewards[e, :n].tolist(), values[e, :n].tolist() + [0.0]  # 0 after the episode's last step
+        running_adv = running_ret = 0.0
+        for t in reversed(range(n)):
+            running_adv = r[t] + gamma * v[t + 1] - v[t] + gamma * lam * running_adv
+            running_ret = r[t] + gamma * running_ret
+            assert adv[e, t] == pytest.approx(running_adv, abs=1e-12)
+            assert ret[e, t] == pytest.approx(running_ret, abs=1e-12)
+        assert torch.all(adv[e, n:] == 0) and torch.all(ret[e, n:] == 0)
+
+
+def test_advantages_are_normalised_over_the_steps_taken() -> None:
+    ep = random_episodes(1, 4, 10, 2, 1, 12).task(0)
+    adv = advantages(ep, 0.99, 1.0)
+    taken = adv[ep.mask > 0]
+    assert float(taken.mean()) == pytest.approx(0.0, abs=1e-9)
+    assert float(taken.std(unbiased=False)) == pytest.approx(1.0, abs=1e-6)
+    assert torch.all(adv[ep.mask == 0] == 0)
+
+
+def test_adaptation_is_one_policy_gradient_step() -> None:
+    learner = tiny_learner()
+    ep = random_episodes(1, 3, 6, 3, 2, 13).task(0)
+    adv = advantages(ep, 0.99, 1.0)
+    params = {k: v.detach().requires_grad_() for k, v in params_of(learner.model).items()}
+    adapted = adapt(learner.model, params, ep, adv, 0.5, 1)
+    mean, log_std = torch.func.functional_call(learner.model, params, (ep.obs,))
+    loss = -(torch.distributions.Normal(mean, log_std.exp()).log_prob(ep.actions).sum(-1) * adv * ep.mask).sum()
+    grads = torch.autograd.grad(loss / ep.mask.sum(), list(params.values()))
+    for (name, p), g in zip(params.items(), grads, strict=True):
+        assert torch.allclose(adapted[name], p - 0.5 * g, atol=1e-12), name
+
+
+def test_numpy_policy_equals_the_torch_policy() -> None:
+    for nonlinearity in ("tanh", "relu"):
+        model = MamlPolicy(4, 3, [7, 5], nonlinearity, -0.5)
+        shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+        policy = NumpyGaussianMlp(flatten(params_of(model)).detach().numpy(), shapes, nonlinearity)
+        obs = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+        mean, log_std = model(torch.from_numpy(obs))
+        np.testing.assert_allclose(policy.mean(obs), mean.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(policy.std, log_std.exp().detach().numpy(), rtol=1e-6)
