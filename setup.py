@@ -25,5 +25,7 @@ setup(
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.5"],
         "box2d": ["box2d>=2.3.10"],  # LunarLander-v3 (the UDRL benchmark); a manylinux wheel, no build
+        # --backend=ray and sweeps on a cluster: the minimal package (no dashboard); tested with 2.60.0 (cp311 wheel)
+        "ray": ["ray>=2.60,<2.61"],
     },
 )

@@ -4,11 +4,11 @@ and the driver, and stops them:
 
 - `LocalBackend` (this module): one process per component on this machine, shared-memory tensors, queues
   from appo/wiring.py, a Supervisor that restarts what can be restarted;
-- `SerialBackend` (appo/serial.py): the same component objects driven round-robin in the driver process.
+- `SerialBackend` (appo/serial.py): the same component objects driven round-robin in the driver process;
+- `RayBackend` (appo/ray_backend.py, --backend=ray): this one with actor workers as Ray actors, whose
+  trajectories reach the driver as arrays through Ray's object store.
 
-The driver (appo/runner.py) only calls `start`, `poll`, `send`, `check`, `stop` and `kill_all`. A backend
-that places actor workers elsewhere (Ray) implements the same calls; its trajectories may then reach the
-learner as arrays rather than slot indices, which is the learner's feeder's business (appo/learning/).
+The driver (appo/runner.py) only calls `start`, `poll`, `send`, `check`, `stop` and `kill_all`.
 """
 
 from __future__ import annotations
@@ -93,7 +93,6 @@ class LocalBackend:
 
     def start(self) -> None:
         """Start learners first (they publish weights), then policy workers, actor workers, the evaluator."""
-        from appo.sampling.actor_worker import run_actor_worker
         from appo.sampling.policy_worker import run_policy_worker
 
         cfg, topo, q = self.cfg, self.topology, self.queues
@@ -113,18 +112,26 @@ class LocalBackend:
             params = self.params if topo.shared_policy_workers else self.params[p]
             args = (*common, p, i, self.buffers, params, self.spaces, self.device, self.control, q)
             sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)
-        acting = (self.params, self.spaces) if topo.actors_act else ()
         log.info(
             "inference: %s",
             "in the actor workers (numpy, cpu)" if topo.actors_act else f"policy workers on {self.device}",
         )
-        for w in topo.actors:
-            args_of = lambda inc, w=w: (*common, w, self.buffers, self.control, inc, q, *acting)  # noqa: E731
-            sup.add("actors", f"actor_worker_{w}", run_actor_worker, args_of, True)
+        self.start_actor_workers()
         if topo.evaluation_interval > 0:
             from appo.evaluator import run_evaluator
 
             sup.add("evaluators", "evaluator", run_evaluator, lambda _inc: (cfg, self.spaces, self.params, q))
+
+    def start_actor_workers(self) -> None:
+        """One process per actor worker (appo/ray_backend.py: Ray actors instead)."""
+        from appo.sampling.actor_worker import run_actor_worker
+
+        cfg, q = self.cfg, self.queues
+        acting = (self.params, self.spaces) if self.topology.actors_act else ()
+        assert self.sup is not None
+        for w in self.topology.actors:
+            args_of = lambda inc, w=w: (cfg, self.derived, w, self.buffers, self.control, inc, q, *acting)  # noqa: E731
+            self.sup.add("actors", f"actor_worker_{w}", run_actor_worker, args_of, True)
 
     def start_learner_ranks(self, p: int) -> None:
         """The learner of policy `p`: one process, or rank 0 (which takes the batches, publishes, saves and reports)

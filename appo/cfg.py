@@ -36,6 +36,9 @@ class RunCfg:
     keep_checkpoints: int = _f(3, "regular checkpoints kept per policy (plus the best)")
     report_interval: float = _f(5.0, "seconds between status lines and tensorboard writes")
     serial_mode: bool = _f(False, "run every component in the driver process (debugging, determinism)")
+    backend: str = _f(
+        "local", "local (a process per component) or ray (actor workers as Ray actors: pip install -e '.[ray]')"
+    )
     sampler_only: bool = _f(False, "benchmark: collect experience but skip training")
     log_level: str = _f("info", "debug, info, warning or error")
 
@@ -140,7 +143,15 @@ class PbtCfg:
 
 
 @dataclass
-class Cfg(RunCfg, SamplingCfg, LearningCfg, *flag_groups(), ModelCfg, MetaCfg, EvalCfg, PbtCfg):  # type: ignore[misc]
+class RayCfg:
+    ray_address: str = _f("", "--backend=ray: a running cluster (auto, or HEAD:6379); empty: a private instance here")
+    ray_worker_cpus: float = _f(1.0, "--backend=ray: CPUs each actor worker reserves on its Ray node")
+    ray_max_restarts: int = _f(100, "--backend=ray: restarts of each actor worker before the run fails; -1: no limit")
+    ray_object_store_mb: int = _f(0, "--backend=ray: object store of the private instance, MB; 0: Ray's default")
+
+
+@dataclass
+class Cfg(RunCfg, SamplingCfg, LearningCfg, *flag_groups(), ModelCfg, MetaCfg, EvalCfg, PbtCfg, RayCfg):  # type: ignore[misc]
     """The whole configuration of a run: every flag, flat (each algorithm's own flags included)."""
 
 
@@ -153,9 +164,10 @@ GROUPS: list[tuple[str, type]] = [
     ("meta", MetaCfg),
     ("evaluation", EvalCfg),
     ("population-based training", PbtCfg),
+    ("ray", RayCfg),
 ]
 # Flags that only steer this session and are never taken from a saved cfg.json on resume.
-SESSION_FLAGS = {"train_for_seconds", "serial_mode", "log_level", "device", "learner_devices"}
+SESSION_FLAGS = {"train_for_seconds", "serial_mode", "log_level", "device", "learner_devices", "backend", "ray_address"}
 
 
 def _str2bool(value: str) -> bool:
@@ -363,10 +375,32 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(f"--device={cfg.device}: must be auto, cpu, cuda or cuda:N")
     if not cfg.experiment or "/" in cfg.experiment:
         errors.append(f"--experiment={cfg.experiment!r}: must be a non-empty name without '/'")
-    errors += verify_learner_ranks(cfg, d)
+    errors += verify_learner_ranks(cfg, d) + verify_backend(cfg)
     from appo.pbt import verify_pbt
 
     return errors + verify_pbt(cfg)
+
+
+def verify_backend(cfg: Cfg) -> list[str]:
+    """--backend and the Ray flags: one line per problem."""
+    if cfg.backend not in ("local", "ray"):
+        return [f"--backend={cfg.backend}: must be local or ray"]
+    if cfg.backend != "ray":
+        return []
+    errors = []
+    if cfg.serial_mode:
+        errors.append("--backend=ray: --serial_mode runs everything in one process; use one or the other")
+    if not (cfg.actor_inference and cfg.numpy_inference):
+        errors.append("--backend=ray: Ray actors act for their own envs; needs --actor_inference and --numpy_inference")
+    if cfg.ray_worker_cpus <= 0:
+        errors.append(f"--ray_worker_cpus={cfg.ray_worker_cpus}: must be > 0")
+    if cfg.ray_max_restarts < -1:
+        errors.append(f"--ray_max_restarts={cfg.ray_max_restarts}: must be >= 0, or -1 for no limit")
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        errors.append("--backend=ray: Ray is not installed; pip install -e '.[ray]'")
+    return errors
 
 
 def verify_or_exit(cfg: Cfg) -> None:

@@ -245,6 +245,8 @@ def run(cfg: Cfg) -> int:
     control = allocate_control(cfg, derived)
     if cfg.serial_mode:
         from appo.serial import SerialBackend as backend_cls
+    elif cfg.backend == "ray":  # imported only here: a local run never imports Ray
+        from appo.ray_backend import RayBackend as backend_cls
     else:
         from appo.backend import LocalBackend as backend_cls
     backend = backend_cls(cfg, derived, exp_dir, spaces, device, buffers, control)
@@ -311,13 +313,17 @@ class Watchdog:
         self.backend, self.limit = backend, limit
         self.last = time.monotonic()
         self.stopped = threading.Event()
-        threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+        self.thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        self.thread.start()
 
     def beat(self) -> None:
         self.last = time.monotonic()
 
     def stop(self) -> None:
         self.stopped.set()
+        # Joined, so that its end (which drops the last reference to the backend and its tensors) is not left to
+        # interpreter shutdown: a thread freeing tensors then is ended by pthread_exit, which Ray turns into abort.
+        self.thread.join(timeout=5.0)
 
     def _watch(self) -> None:
         while not self.stopped.wait(1.0):

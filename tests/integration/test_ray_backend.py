@@ -1,0 +1,212 @@
+"""--backend=ray on Ray's own multi-node simulation (ray.cluster_utils.Cluster: a head and a worker node, both on
+loopback, started and stopped by each test): CartPole learns with actor workers on both nodes and survives kill -9
+of an actor; losing the worker node moves its actor to the head; SIGTERM to a run with a private Ray instance
+stops it within 15 s with a checkpoint and leaves no Ray process behind. Small object stores, one CPU per actor."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.conftest import ROOT, _kill_group
+
+# Not imported here: Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER (loopback addresses) when first imported.
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs pip install -e '.[ray]'")
+
+OBJECT_STORE = 100 * 2**20
+CARTPOLE = [
+    "--env=CartPole-v1",
+    "--backend=ray",
+    "--num_workers=2",
+    "--num_envs_per_worker=8",
+    "--report_interval=1",
+    "--seed=1",
+    "--ray_object_store_mb=100",
+]
+ACTOR_LINE = re.compile(r"actor worker (\d+) \(incarnation (\d+)\) on node (\w+), pid (\d+)")
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple]:
+    """A head (2 CPUs, room for both actors once the other node is gone) and a worker node (1 CPU) on loopback."""
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback addresses (read when ray is imported)
+    from ray.cluster_utils import Cluster
+
+    head_args = {"num_cpus": 2, "object_store_memory": OBJECT_STORE, "include_dashboard": False}
+    c = Cluster(initialize_head=True, head_node_args=head_args)
+    try:
+        worker = c.add_node(num_cpus=1, object_store_memory=OBJECT_STORE)
+        yield c, worker
+    finally:
+        c.shutdown()
+
+
+class Run:
+    """train_appo.py as a real subprocess in its own session; killed with everything in it if a test fails."""
+
+    def __init__(self, train_dir: Path, args: list[str]) -> None:
+        self.log = train_dir / "run" / "log.txt"
+        self.out = open(train_dir.parent / "run.out", "w+")  # noqa: SIM115 - closed in finish()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "train_appo.py"), f"--train_dir={train_dir}", "--experiment=run", *args],
+            cwd=ROOT,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def text(self) -> str:
+        return self.log.read_text() if self.log.is_file() else ""
+
+    def wait_for(self, pattern: str, timeout: float, count: int = 1) -> list[re.Match]:
+        """The first `count` matches of `pattern` in the run's log, waiting up to `timeout` s for them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = list(re.finditer(pattern, self.text()))
+            if len(found) >= count:
+                return found
+            assert self.proc.poll() is None, f"run exited {self.proc.returncode} early:\n{self.output()}"
+            time.sleep(0.2)
+        raise AssertionError(f"no {count} x {pattern!r} in {timeout:g} s:\n{self.output()}")
+
+    def output(self) -> str:
+        if not self.out.closed:
+            self.out.flush()
+        return Path(self.out.name).read_text()[-4000:]
+
+    def finish(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"run did not exit within {timeout:g} s:\n{self.output()}") from None
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            orphans = _kill_group(self.proc.pid)
+            self.out.close()
+            assert not orphans, f"the run left processes behind: {orphans}"
+
+
+def actors(text: str) -> dict[tuple[int, int], tuple[str, int]]:
+    """(worker, incarnation) -> (node id, pid), from the run's log."""
+    return {(int(m[1]), int(m[2])): (m[3], int(m[4])) for m in ACTOR_LINE.finditer(text)}
+
+
+def last_scalar(summary_dir: Path, tag: str) -> tuple[int, float]:
+    """(env steps, value) of the last `tag` the run wrote."""
+    acc = EventAccumulator(str(summary_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    event = acc.Scalars(tag)[-1]
+    return event.step, event.value
+
+
+@needs_ray
+@pytest.mark.timeout(150)
+def test_cartpole_on_two_nodes_learns_through_kill_9_of_an_actor(cluster, train_dir):
+    c, worker_node = cluster
+    run = Run(train_dir, [*CARTPOLE, f"--ray_address={c.address}", "--train_for_env_steps=200000"])
+    try:
+        found = run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
+        nodes = {m[3] for m in found}
+        assert nodes == {c.head_node.node_id, worker_node.node_id}, f"actors on {nodes}"
+        run.wait_for(r"steps [1-9]\d{4,}/", timeout=60)  # learning is under way (>= 10k steps)
+        victim = int(found[0][4])
+        os.kill(victim, signal.SIGKILL)
+        status = run.finish(timeout=120)
+    finally:
+        if run.proc.poll() is None:
+            run.finish(timeout=0.1)
+    text = run.text()
+    assert status == 0, run.output()
+    assert f"actor_worker_{found[0][1]} died" in text, text[-3000:]
+    again = [inc for w, inc in actors(text) if w == int(found[0][1]) and inc > 0]
+    assert again == [1], f"actor {found[0][1]} not started again, once:\n{text[-3000:]}"
+    summaries = train_dir / "run" / "summaries" / "0"
+    assert last_scalar(summaries, "stats/worker_restarts")[1] >= 1
+    final = last_scalar(summaries, "episode/return_mean")[1]
+    assert final >= 450, f"CartPole on Ray: final average return {final:.1f} < 450"
+
+
+@needs_ray
+@pytest.mark.timeout(120)
+def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
+    c, worker_node = cluster
+    run = Run(train_dir, [*CARTPOLE, f"--ray_address={c.address}", "--train_for_env_steps=200000"])
+    try:
+        found = run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
+        lost = [int(m[1]) for m in found if m[3] == worker_node.node_id]
+        assert len(lost) == 1, f"one actor on the worker node expected: {[m[0] for m in found]}"
+        run.wait_for(r"steps [1-9]\d{3,}/", timeout=60)
+        c.remove_node(worker_node)
+        back = run.wait_for(rf"actor worker {lost[0]} \(incarnation [1-9]\d*\) on node (\w+)", timeout=60)
+        status = run.finish(timeout=90)
+    finally:
+        if run.proc.poll() is None:
+            run.finish(timeout=0.1)
+    text = run.text()
+    assert status == 0, run.output()
+    assert back[0][1] == c.head_node.node_id, f"actor {lost[0]} not back on the head:\n{text[-3000:]}"
+    steps, restarts = last_scalar(train_dir / "run" / "summaries" / "0", "stats/worker_restarts")
+    assert steps >= 200000 and restarts >= 1, (steps, restarts)
+
+
+def ray_processes() -> set[int]:
+    """Ray's own processes on this machine (GCS, raylet, workers and actors, agents)."""
+    names = ("gcs_server", "raylet", "ray::", "default_worker.py", "dashboard.py", "log_monitor.py", "monitor.py")
+    out = set()
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmdline = " ".join(p.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if "site-packages/ray" in cmdline or any(cmdline.startswith(n) for n in names):
+            out.add(p.info["pid"])
+    return out
+
+
+@needs_ray
+@pytest.mark.timeout(90)
+def test_sigterm_stops_a_private_ray_run_within_15_s_with_a_checkpoint(train_dir):
+    before = ray_processes()
+    run = Run(train_dir, [*CARTPOLE, "--save_every_sec=1000", "--train_for_env_steps=100000000"])
+    try:
+        run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
+        run.wait_for(r"steps [1-9]\d{3,}/", timeout=60)
+        assert ray_processes() - before, "no Ray process seen while the run trains"
+        os.kill(run.proc.pid, signal.SIGTERM)
+        began = time.monotonic()
+        status = run.finish(timeout=15)
+        took = time.monotonic() - began
+    finally:
+        if run.proc.poll() is None:
+            run.finish(timeout=0.1)
+    assert status == 143, run.output()
+    assert took <= 15
+    checkpoints = list((train_dir / "run" / "checkpoint_p0").glob("checkpoint_*.pth"))
+    assert checkpoints, "no checkpoint written at SIGTERM"
+    deadline = time.monotonic() + 5
+    while (left := ray_processes() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"Ray processes left: {left}"
+
+
+def test_a_local_run_never_imports_ray():
+    code = (
+        "import sys; import appo.runner, appo.backend, appo.serial, train_appo; "
+        "from appo.cfg import make_cfg, verify; verify(make_cfg({'env': 'CartPole-v1'})); "
+        "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
