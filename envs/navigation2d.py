@@ -67,11 +67,16 @@ class Navigation2DEnv(TaskEnvMixin, gym.Env[NDArray[np.float32], NDArray[np.floa
         return self._position.astype(np.float32), {"task": self.get_task()}
 
     def step(self, action: NDArray[np.float32]) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
-        velocity = self.max_speed * np.clip(np.asarray(action, dtype=np.float64).reshape(2), -1.0, 1.0)
-        self._position = self._position + velocity
-        offset = self._position - self._goal
-        distance = float(np.hypot(*offset))
+        # Python floats, not 2-element numpy arrays: the same float64 arithmetic at a third of the cost per step
+        # (MAML-TRPO steps navigation2d millions of times per run).
+        ax, ay = np.asarray(action, dtype=np.float64).reshape(2).tolist()
+        (px, py), (gx, gy) = self._position.tolist(), self._goal.tolist()
+        x = px + self.max_speed * min(max(ax, -1.0), 1.0)
+        y = py + self.max_speed * min(max(ay, -1.0), 1.0)
+        self._position = np.array([x, y])
+        dx, dy = x - gx, y - gy
+        distance = float(np.hypot(dx, dy))  # numpy's hypot: math.hypot differs in the last bit
         # Per-axis test, as in the MAML references: the reward is Euclidean but the goal region is a square.
-        reached = bool(np.all(np.abs(offset) < self.goal_radius))
+        reached = abs(dx) < self.goal_radius and abs(dy) < self.goal_radius
         info = {"task": self.get_task(), "distance": distance}
-        return self._position.astype(np.float32), -distance, reached, False, info
+        return np.array([x, y], dtype=np.float32), -distance, reached, False, info

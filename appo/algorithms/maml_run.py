@@ -15,6 +15,7 @@ meta_test/iter_<N>.npz (tasks, returns [steps + 1, tasks, episodes]).
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import sys
@@ -46,6 +47,7 @@ from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, log_path, summaries_dir
 
 TRAIN, VALID = 0, 1  # episode buffers, and the seed streams of training episodes
+MAX_LEARNER_THREADS = 4  # beyond this the small matrices of the meta-step gain nothing
 META_TEST_STREAM = 2  # + adaptation step: the meta-test's episodes (and enjoy.py's)
 
 
@@ -266,7 +268,10 @@ def run(cfg: Cfg) -> int:
     cfg_path(exp_dir).write_text(json.dumps(cfg_to_dict(cfg), indent=2))
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "maml"))
-    _threads = limit_threads(1)
+    # The samplers wait while the meta-step runs (and the other way round): the meta-step takes the machine's cores.
+    # Not tied to --num_workers: torch's reductions depend on the thread count, and 1 or 4 workers must give the
+    # same iterations.
+    _threads = limit_threads(min(len(os.sched_getaffinity(0)), MAX_LEARNER_THREADS))
     from tensorboardX import SummaryWriter
 
     received: list[int] = []
@@ -278,7 +283,7 @@ def run(cfg: Cfg) -> int:
     maml = MamlRun(cfg)
     maml.resume()
     writer = SummaryWriter(str(summaries_dir(exp_dir, 0)), flush_secs=10)
-    start, last_save, status = time.monotonic(), time.monotonic(), 0
+    start, last_save, status, tested = time.monotonic(), time.monotonic(), 0, -1
     try:
         maml.start()
         while True:
@@ -294,8 +299,11 @@ def run(cfg: Cfg) -> int:
                 last_save = time.monotonic()
             if cfg.meta_test_interval > 0 and maml.iteration % cfg.meta_test_interval == 0:
                 run_meta_test(maml, writer)
-        if maml.iteration > 0:
+                tested = maml.iteration
+        if maml.iteration > 0 and tested != maml.iteration:
             run_meta_test(maml, writer)  # saves the final checkpoint first
+        elif maml.iteration > 0:
+            maml.save()
     except Exception as exc:
         log.exception("MAML run failed: %s", exc)
         status = 1

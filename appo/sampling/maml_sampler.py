@@ -121,17 +121,15 @@ class EpisodeSampler:
             noise[e] = np.random.default_rng(noise_seed).standard_normal(noise[e].shape, dtype=np.float32)
             task_family(env).set_task(task)
             obs[e] = env.reset(seed=int(env_seed))[0]
-        obs_out.fill(0.0)
-        act_out.fill(0.0)
         rew_out.fill(0.0)
         is_alive = np.ones(E, dtype=bool)
         lengths = np.full(E, T, dtype=np.int64)
         for t in range(T):
             actions = (policy.mean(obs) + policy.std * noise[:, t]).astype(np.float32)
+            obs_out[:, t] = obs  # finished episodes' rows are zeroed below
+            act_out[:, t] = actions
             clipped = np.clip(actions, self.low, self.high)
-            for e in np.flatnonzero(is_alive):
-                obs_out[e, t] = obs[e]
-                act_out[e, t] = actions[e]
+            for e in np.flatnonzero(is_alive).tolist():
                 next_obs, reward, terminated, truncated, _ = self.envs[e].step(clipped[e])
                 rew_out[e, t] = reward
                 obs[e] = next_obs
@@ -140,6 +138,9 @@ class EpisodeSampler:
                     lengths[e] = t + 1
             if not is_alive.any():
                 break
+        for e, n in enumerate(lengths.tolist()):
+            obs_out[e, n:] = 0.0
+            act_out[e, n:] = 0.0
         len_out[:] = lengths
 
     def close(self) -> None:

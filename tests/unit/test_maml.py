@@ -192,3 +192,62 @@ def test_numpy_policy_equals_the_torch_policy() -> None:
         mean, log_std = model(torch.from_numpy(obs))
         np.testing.assert_allclose(policy.mean(obs), mean.detach().numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(policy.std, log_std.exp().detach().numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--fast_batch_size=0", "--fast_batch_size=0: must be > 0"),
+        ("--ls_backtrack_ratio=1.5", "--ls_backtrack_ratio=1.5: must be in (0, 1)"),
+        ("--maml_nonlinearity=sigmoid", "--maml_nonlinearity=sigmoid: must be one of tanh, relu"),
+        ("--use_rnn=True", "--use_rnn=True: --algo=maml_trpo has a feed-forward policy"),
+    ],
+)
+def test_bad_flags_are_one_line_naming_the_flag(flag: str, message: str, tmp_path: object) -> None:
+    from appo.cfg import parse_cfg, verify
+
+    errors = verify(parse_cfg(["--algo=maml_trpo", "--env=navigation2d", f"--train_dir={tmp_path}", flag]))
+    assert len(errors) == 1 and errors[0].startswith(message), errors
+
+
+def test_defaults_follow_the_references() -> None:
+    from appo.algorithms.maml_flags import meta_batch_size
+    from appo.cfg import parse_cfg
+
+    nav = parse_cfg(["--algo=maml_trpo", "--env=navigation2d"])
+    cheetah = parse_cfg(["--algo=maml_trpo", "--env=half_cheetah_dir"])
+    assert (meta_batch_size(nav), meta_batch_size(cheetah)) == (20, 40)
+    assert (nav.fast_batch_size, nav.fast_lr, nav.gamma, nav.gae_lambda, nav.max_kl) == (20, 0.1, 0.99, 1.0, 0.01)
+    assert (nav.task_schedule, nav.use_rnn) == ("none", False)  # the meta-RL preset's schedule and memory are off
+
+
+def sample_tasks(env: str, tasks: list[dict], T: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """(rewards, actions) [tasks, E=2, T(, A)] of the same episodes (env seeds, action noise) of one fixed random
+    policy, run on each task in turn."""
+    from appo.cfg import parse_cfg
+    from appo.sampling.maml_sampler import EpisodeSampler, allocate_buffers
+
+    cfg = parse_cfg(["--algo=maml_trpo", f"--env={env}", f"--max_episode_steps={T}"])
+    probe = EpisodeSampler(cfg, 1, None, [])  # type: ignore[arg-type]
+    obs_dim, act_dim = probe.envs[0].observation_space.shape[0], probe.envs[0].action_space.shape[0]
+    probe.close()
+    torch.manual_seed(0)
+    model = MamlPolicy(obs_dim, act_dim, [8], "tanh", 0.0)
+    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+    buffers = allocate_buffers(1, 2, T, obs_dim, act_dim, flatten(params_of(model)).numel())
+    sampler = EpisodeSampler(cfg, 2, buffers, shapes)
+    policy = NumpyGaussianMlp(flatten(params_of(model)).detach().numpy(), shapes, "tanh")
+    rewards, actions = [], []
+    for task in tasks:
+        sampler.sample_row(0, 0, 0, 0, task, policy)
+        rewards.append(buffers.rewards[0][0].numpy().copy())
+        actions.append(buffers.actions[0][0].numpy().copy())
+    sampler.close()
+    return np.stack(rewards), np.stack(actions)
+
+
+def test_navigation_tasks_differ() -> None:
+    # Seed defect: a "meta-task" family whose parameter changed nothing. Here the goal changes every reward.
+    rewards, actions = sample_tasks("navigation2d", [{"goal_x": 0.4, "goal_y": 0.4}, {"goal_x": -0.4, "goal_y": -0.4}])
+    assert np.array_equal(actions[0], actions[1])  # same observations (from the origin), same noise
+    assert np.abs(rewards[0] - rewards[1]).max() > 0.1
