@@ -1,7 +1,8 @@
 """--backend=ray on Ray's own multi-node simulation (ray.cluster_utils.Cluster: a head and a worker node, both on
 loopback, started and stopped by each test): CartPole learns with actor workers on both nodes and survives kill -9
-of an actor; losing the worker node moves its actor to the head; SIGTERM to a run with a private Ray instance
-stops it within 15 s with a checkpoint and leaves no Ray process behind. Small object stores, one CPU per actor."""
+of an actor; losing the worker node moves its actor to the head; on a private Ray instance, an actor hung in an
+env's step is replaced, and SIGTERM stops the run within 15 s with a checkpoint and no Ray process left behind.
+Small object stores, one CPU per actor."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple]:
 class Run:
     """train_appo.py as a real subprocess in its own session; killed with everything in it if a test fails."""
 
-    def __init__(self, train_dir: Path, args: list[str]) -> None:
+    def __init__(self, train_dir: Path, args: list[str], env: dict[str, str] | None = None) -> None:
         self.log = train_dir / "run" / "log.txt"
         self.out = open(train_dir.parent / "run.out", "w+")  # noqa: SIM115 - closed in finish()
         self.proc = subprocess.Popen(
@@ -64,6 +65,7 @@ class Run:
             stdout=self.out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
 
     def text(self) -> str:
@@ -177,13 +179,19 @@ def ray_processes() -> set[int]:
 
 
 @needs_ray
-@pytest.mark.timeout(90)
-def test_sigterm_stops_a_private_ray_run_within_15_s_with_a_checkpoint(train_dir):
+@pytest.mark.timeout(120)
+def test_private_ray_run_replaces_a_hung_actor_and_stops_on_sigterm_within_15_s(train_dir, tmp_path):
+    """One run on a private Ray instance: an env hangs in step once (tests/support/faulty_envs.py), its actor is
+    killed after --worker_stuck_timeout and comes back; then SIGTERM."""
     before = ray_processes()
-    run = Run(train_dir, [*CARTPOLE, "--save_every_sec=1000", "--train_for_env_steps=100000000"])
+    flags = [*CARTPOLE[1:], "--env=tests.support.faulty_envs:HangOnceEnv", "--worker_stuck_timeout=4"]
+    flags += ["--save_every_sec=1000", "--train_for_env_steps=100000000"]
+    run = Run(train_dir, flags, env={"APPO_TEST_HANG_FLAG": str(tmp_path / "hung")})
     try:
         run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
-        run.wait_for(r"steps [1-9]\d{3,}/", timeout=60)
+        run.wait_for(r"actor_worker_\d: no answer for \d+ s; killing it", timeout=60)
+        run.wait_for(r"actor worker \d \(incarnation 1\)", timeout=60)
+        assert (tmp_path / "hung").is_file()
         assert ray_processes() - before, "no Ray process seen while the run trains"
         os.kill(run.proc.pid, signal.SIGTERM)
         began = time.monotonic()
