@@ -309,6 +309,8 @@ def _evaluate(cfg: EnjoyCfg) -> int:
     state, ckpt_path = load_policy_state(cfg)
     display = has_display()
     prepare_headless(display)
+    if cfg.algo == "maml_trpo":  # adapt to one test task and show before and after (appo/algorithms/maml_enjoy.py)
+        return _enjoy_maml(cfg, state, ckpt_path, plan_render(cfg, display))
     env, plan = make_eval_env(cfg, plan_render(cfg, display))
     video: VideoWriter | None = None
     try:
@@ -324,6 +326,23 @@ def _evaluate(cfg: EnjoyCfg) -> int:
         evaluate_policy(cfg, env, model, video)
     finally:
         env.close()
+        if video is not None:
+            video.close()
+    if video is not None:
+        print(f"video: {video.path} ({video.num_frames} frames)", flush=True)
+    return 0
+
+
+def _enjoy_maml(cfg: EnjoyCfg, state: dict[str, Any], ckpt_path: Path, plan: RenderPlan) -> int:
+    from appo.algorithms.maml_enjoy import enjoy_maml
+
+    log.info("loaded %s (iteration %s, %s env steps)", ckpt_path, state.get("iteration"), state.get("env_steps"))
+    video = VideoWriter(new_video_path(experiment_dir(cfg), ckpt_path), cfg.fps) if plan.record_video else None
+    try:
+        enjoy_maml(cfg, state, plan.env_render_mode, video)
+    except ValueError as exc:  # --task out of the test split's range
+        raise EnjoyError(_first_line(exc)) from exc
+    finally:
         if video is not None:
             video.close()
     if video is not None:

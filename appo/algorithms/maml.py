@@ -239,12 +239,15 @@ class MamlTrpo(Algorithm):
         self.cfg, self.model = cfg, model
 
     # --- the samplers' weights ---------------------------------------------------------------------------
-    def adapted(self, train: Episodes, params: Params | None = None, num_steps: int | None = None) -> Params:
-        """theta'_k (detached) for one task's train episodes, from `params` (default: the meta-parameters)."""
+    def adapted(
+        self, train: Episodes, params: Params | None = None, num_steps: int | None = None, adv: Tensor | None = None
+    ) -> Params:
+        """theta'_k (detached) for one task's train episodes, from `params` (default: the meta-parameters);
+        `adv`: their advantages when already computed."""
         cfg = self.cfg
-        params = params if params is not None else {k: v.detach() for k, v in params_of(self.model).items()}
+        params = params if params is not None else params_of(self.model)
         params = {k: v.detach().requires_grad_() for k, v in params.items()}
-        adv = advantages(train, cfg.gamma, cfg.gae_lambda)
+        adv = advantages(train, cfg.gamma, cfg.gae_lambda) if adv is None else adv
         steps = cfg.num_inner_steps if num_steps is None else num_steps
         new = adapt(self.model, params, train, adv, cfg.fast_lr, steps, first_order=True)
         return {k: v.detach() for k, v in new.items()}
@@ -254,11 +257,11 @@ class MamlTrpo(Algorithm):
         cfg, out = self.cfg, []
         for k in range(train.obs.shape[0]):
             tr, va = train.task(k), valid.task(k)
-            acting = self.adapted(tr)
+            tr_adv = advantages(tr, cfg.gamma, cfg.gae_lambda)
+            acting = self.adapted(tr, adv=tr_adv)
             with torch.no_grad():
                 mean, log_std = distribution(self.model, acting, va.obs)
                 old_lp = log_prob(mean, log_std, va.actions)
-            tr_adv = advantages(tr, cfg.gamma, cfg.gae_lambda)
             va_adv = advantages(va, cfg.gamma, cfg.gae_lambda)
             out.append(TaskBatch(tr, tr_adv, va, va_adv, mean, log_std.expand_as(mean), old_lp))
         return out

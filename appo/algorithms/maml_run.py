@@ -15,7 +15,6 @@ meta_test/iter_<N>.npz (tasks, returns [steps + 1, tasks, episodes]).
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import sys
@@ -47,7 +46,6 @@ from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, log_path, summaries_dir
 
 TRAIN, VALID = 0, 1  # episode buffers, and the seed streams of training episodes
-MAX_LEARNER_THREADS = 4  # beyond this the small matrices of the meta-step gain nothing
 META_TEST_STREAM = 2  # + adaptation step: the meta-test's episodes (and enjoy.py's)
 
 
@@ -268,10 +266,10 @@ def run(cfg: Cfg) -> int:
     cfg_path(exp_dir).write_text(json.dumps(cfg_to_dict(cfg), indent=2))
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "maml"))
-    # The samplers wait while the meta-step runs (and the other way round): the meta-step takes the machine's cores.
-    # Not tied to --num_workers: torch's reductions depend on the thread count, and 1 or 4 workers must give the
-    # same iterations.
-    _threads = limit_threads(min(len(os.sched_getaffinity(0)), MAX_LEARNER_THREADS))
+    # One thread: measured on this 2-core machine under other sessions' load, two torch threads made the meta-step
+    # 10-100x slower (one thread spins at each barrier while the other waits for a core); and the thread count must
+    # not follow --num_workers (torch's reductions depend on it; 1 or 4 workers give the same iterations).
+    _threads = limit_threads(1)
     from tensorboardX import SummaryWriter
 
     received: list[int] = []
