@@ -74,6 +74,7 @@ def soak(env: str, minutes: float, extra: list[str]) -> None:
             break
         print(f"{samples[-1][0]:6.0f} s  driver {samples[-1][1]:7.1f} MB  raylet {samples[-1][2]:7.1f} MB", flush=True)
     proc.wait()
+    samples = [s for s in samples if s[1] > 0 and s[2] > 0]  # while the run and its Ray instance are both up
     if len(samples) < 12:
         print("too few samples")
         return
