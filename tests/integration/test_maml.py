@@ -67,6 +67,13 @@ def test_one_and_four_workers_and_a_resumed_run_give_identical_iterations(train_
     assert np.array_equal(
         np.load(one / "meta_test" / "iter_1.npz")["returns"], np.load(four / "meta_test" / "iter_1.npz")["returns"]
     )
+    # enjoy.py adapts the run's meta-policy to one held-out task and shows both phases.
+    result = run_script(
+        "enjoy.py", [f"--train_dir={train_dir}", "--experiment=w4", "--no_render", "--task=1"], check=True
+    )
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("test task 1:") for line in lines), result.stdout
+    assert [line.split(":")[0] for line in lines if "adaptation:" in line] == ["before adaptation", "after adaptation"]
     logged = [v for _, v in b["meta_test/return_step0"]]
     means = [float(np.load(four / "meta_test" / f"iter_{i}.npz")["returns"][0].mean()) for i in (1, 2)]
     assert logged == pytest.approx(means, rel=1e-6)
