@@ -24,6 +24,8 @@ Who sends what to whom (the queues themselves are created in appo.runner.wire):
     driver        --Stop-------------->  every inbox and queue
     MAML driver   --SampleEpisodes---->  inbox of sampler worker `worker_idx` (--algo=maml_trpo)
     sampler worker --EpisodesReady---->  MAML driver queue (the rows of the episode buffer it filled)
+    MAML driver   --HvpRequest-------->  inbox of sampler worker `worker_idx` (its tasks' KL Hessian-vector products)
+    sampler worker --HvpReady--------->  MAML driver queue
 """
 
 from __future__ import annotations
@@ -208,3 +210,20 @@ class EpisodesReady(NamedTuple):
     worker_idx: int
     buffer: int
     rows: tuple[int, ...]
+
+
+class HvpRequest(NamedTuple):
+    """MAML: compute J_k F_k J_k v (appo/algorithms/maml.py MamlTrpo.task_hvps) for each task row in `rows` of the
+    meta-batch of `iteration` (episode buffers 0 and 1, meta-parameters in weights row 0) with v = the shared
+    hvp vector; write it into the hvp output's row."""
+
+    iteration: int
+    seq: int
+    rows: tuple[int, ...]
+
+
+class HvpReady(NamedTuple):
+    """MAML: sampler worker `worker_idx` has written its rows' products of request `seq`."""
+
+    worker_idx: int
+    seq: int

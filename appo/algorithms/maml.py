@@ -112,6 +112,14 @@ def kl_divergence(mean0: Tensor, log_std0: Tensor, mean1: Tensor, log_std1: Tens
     return (log_std1 - log_std0 + (var0 + (mean0 - mean1).pow(2)) / (2 * var1) - 0.5).sum(-1)
 
 
+def mean_in_order(vectors: list[Tensor] | Tensor) -> Tensor:
+    """The mean of per-task vectors, summed in task order: the same bits wherever each vector was computed."""
+    total = torch.zeros_like(vectors[0])
+    for v in vectors:
+        total += v
+    return total / len(vectors)
+
+
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
@@ -308,16 +316,38 @@ class MamlTrpo(Algorithm):
         return loss.detach(), flatten(dict(zip(params, grads, strict=True)))
 
     def kl_hvp(self, batches: list[TaskBatch]) -> Callable[[Tensor], Tensor]:
-        """v -> H v, H the Hessian of the mean KL at the meta-parameters. One inner step: H = mean_k J_k F_k J_k
-        exactly (at the current parameters the KL and its gradient in theta'_k vanish, so only the Fisher F_k of
-        pi_theta'_k, carried back through the adaptation's Jacobian J_k = I - fast_lr * Hessian of the inner loss,
-        remains; J_k is symmetric; first order: J_k = I). That avoids differentiating the KL's gradient through
-        the second-order adaptation, about 2x cheaper per product; `kl_hvp_autograd` is the direct form."""
+        """v -> H v, H the Hessian of the mean KL at the meta-parameters: the tasks' products (`task_hvps`) summed
+        in task order and divided by their number."""
         if self.cfg.num_inner_steps != 1:
             return self.kl_hvp_autograd(batches)
+        products = self.task_hvps(batches)
+        return lambda v: mean_in_order([hvp(v) for hvp in products])
+
+    def task_hvps(self, batches: list[TaskBatch]) -> list[Callable[[Tensor], Tensor]]:
+        """Per task k, v -> J_k F_k J_k v (one inner step). At the current parameters the KL and its gradient in
+        theta'_k vanish, so the Hessian of task k's KL is exactly the Fisher F_k of pi_theta'_k carried back through
+        the adaptation's Jacobian J_k = I - fast_lr * (Hessian of the inner loss), which is symmetric (first order:
+        J_k = I). That avoids differentiating the KL's gradient through the second-order adaptation, about 2x
+        cheaper per product; `kl_hvp_autograd` is the direct form. A task's product depends on its data alone, so
+        the sampler workers can compute them (appo/sampling/maml_sampler.py)."""
         cfg, params = self.cfg, params_of(self.model)
         names, leaves = list(params), list(params.values())
-        jacobians, fishers = [], []
+
+        def jacobian_product(g: Tensor | None, u: Tensor) -> Tensor:
+            if g is None:
+                return u
+            hu = torch.autograd.grad(torch.dot(g, u), leaves, retain_graph=True)
+            return u - cfg.fast_lr * flatten(dict(zip(names, hu, strict=True)))
+
+        def product(g: Tensor | None, g_kl: Tensor, theta: list[Tensor]) -> Callable[[Tensor], Tensor]:
+            def hvp(v: Tensor) -> Tensor:
+                jv = jacobian_product(g, v)
+                fjv = torch.autograd.grad(torch.dot(g_kl, jv), theta, retain_graph=True)
+                return jacobian_product(g, flatten(dict(zip(names, fjv, strict=True))))
+
+            return hvp
+
+        products = []
         for b in batches:
             inner = inner_loss(self.model, params, b.train, b.train_adv)
             g_inner = torch.autograd.grad(inner, leaves, create_graph=not cfg.first_order)
@@ -328,24 +358,9 @@ class MamlTrpo(Algorithm):
             mean, log_std = distribution(self.model, theta, b.valid.obs)
             kl = masked_mean(kl_divergence(b.old_mean, b.old_log_std, mean, log_std), b.valid.mask)
             g_kl = torch.autograd.grad(kl, list(theta.values()), create_graph=True)
-            jacobians.append(None if cfg.first_order else flatten(dict(zip(names, g_inner, strict=True))))
-            fishers.append((flatten(dict(zip(names, g_kl, strict=True))), list(theta.values())))
-
-        def jacobian_product(g: Tensor | None, u: Tensor) -> Tensor:
-            if g is None:
-                return u
-            hu = torch.autograd.grad(torch.dot(g, u), leaves, retain_graph=True)
-            return u - cfg.fast_lr * flatten(dict(zip(names, hu, strict=True)))
-
-        def hvp(v: Tensor) -> Tensor:
-            total = torch.zeros_like(v)
-            for g, (g_kl, theta) in zip(jacobians, fishers, strict=True):
-                jv = jacobian_product(g, v)
-                fjv = torch.autograd.grad(torch.dot(g_kl, jv), theta, retain_graph=True)
-                total += jacobian_product(g, flatten(dict(zip(names, fjv, strict=True))))
-            return total / len(batches)
-
-        return hvp
+            g = None if cfg.first_order else flatten(dict(zip(names, g_inner, strict=True)))
+            products.append(product(g, flatten(dict(zip(names, g_kl, strict=True))), list(theta.values())))
+        return products
 
     def kl_hvp_autograd(self, batches: list[TaskBatch]) -> Callable[[Tensor], Tensor]:
         """v -> H v by differentiating the KL's gradient (one graph, reused by every CG step)."""
@@ -360,9 +375,9 @@ class MamlTrpo(Algorithm):
 
         return hvp
 
-    def step(self, train: Episodes, valid: Episodes) -> MetaStats:
+    def step(self, train: Episodes, valid: Episodes, hvp: Callable[[Tensor], Tensor] | None = None) -> MetaStats:
         """One TRPO meta-step on a meta-batch ([K, E, T, ...] each); writes the parameters only when a step is
-        accepted."""
+        accepted. `hvp`: the KL's Hessian-vector product computed elsewhere (the sampler workers); default here."""
         cfg = self.cfg
         batches = self.task_batches(train, valid)
         with torch.no_grad():
@@ -370,7 +385,8 @@ class MamlTrpo(Algorithm):
                 np.mean([float(inner_loss(self.model, params_of(self.model), b.train, b.train_adv)) for b in batches])
             )
         loss_before, grad = self.meta_gradient(batches)
-        full_step, _ = step_direction(grad, self.kl_hvp(batches), cfg.max_kl, cfg.cg_iters, cfg.cg_damping)
+        hvp = self.kl_hvp(batches) if hvp is None else hvp
+        full_step, _ = step_direction(grad, hvp, cfg.max_kl, cfg.cg_iters, cfg.cg_damping)
         params = params_of(self.model)
         theta = flatten(params).detach()
 

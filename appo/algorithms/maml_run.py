@@ -19,6 +19,7 @@ import queue
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.algorithms.maml import Episodes, MamlTrpo, flatten, make_policy, params_of
+from appo.algorithms.maml import Episodes, MamlTrpo, flatten, make_policy, mean_in_order, params_of
 from appo.algorithms.maml_flags import meta_batch_size
 from appo.cfg import Cfg, cfg_to_dict, experiment_dir
 from appo.checkpoint import load_checkpoint, load_latest, save_checkpoint
-from appo.messages import EpisodesReady, ErrorReport, SampleEpisodes, Stop
+from appo.messages import EpisodesReady, ErrorReport, HvpReady, HvpRequest, SampleEpisodes, Stop
 from appo.processes import limit_threads, process_title, set_process_title, spawn_context, start_process, stop_processes
 from appo.sampling.maml_sampler import (
     EpisodeBuffers,
@@ -86,7 +87,30 @@ class SamplerPool:
             return
         for w, msg in msgs.items():
             self.inboxes[w].put(msg)
-        pending = set(msgs)
+        self._wait(set(msgs), EpisodesReady)
+
+    def hvp(self, iteration: int, num_rows: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """v -> the meta-batch's KL Hessian-vector product, each task's computed by the worker that sampled it and
+        averaged here in task order (the same bits as in one process); None with --serial_mode."""
+        if self.serial is not None:
+            return None
+        jobs: dict[int, list[int]] = {}
+        for k in range(num_rows):
+            jobs.setdefault(k % len(self.processes), []).append(k)
+        seq = [0]
+
+        def hvp(v: torch.Tensor) -> torch.Tensor:
+            seq[0] += 1
+            self.buffers.hvp_in.copy_(v)
+            for w, rows in jobs.items():
+                self.inboxes[w].put(HvpRequest(iteration, seq[0], tuple(rows)))
+            self._wait(set(jobs), HvpReady)
+            return mean_in_order(self.buffers.hvp_out[:num_rows].clone())
+
+        return hvp
+
+    def _wait(self, pending: set[int], kind: type) -> None:
+        """Until every worker in `pending` has answered with a `kind` message."""
         while pending:
             try:
                 reply = self.results.get(timeout=1.0)
@@ -97,7 +121,7 @@ class SamplerPool:
                 continue
             if isinstance(reply, ErrorReport):
                 raise RuntimeError(f"{reply.component}: {reply.error.strip().splitlines()[-1]}")
-            assert isinstance(reply, EpisodesReady) and reply.buffer == buffer, f"unexpected {reply!r}"
+            assert isinstance(reply, kind), f"unexpected {reply!r}"
             pending.discard(reply.worker_idx)
 
     def episodes(self, buffer: int, num_rows: int) -> Episodes:
@@ -206,11 +230,12 @@ class MamlRun:
         return train, self.pool.episodes(VALID, K)
 
     def meta_iteration(self) -> dict[str, float]:
-        began = time.monotonic()
+        began, began_cpu = time.monotonic(), time.process_time()
         tasks = draw_tasks(self.train_tasks, self.meta_batch, self.cfg.seed, self.iteration)
         train, valid = self.collect(tasks, self.iteration)
         sampled = time.monotonic()
-        step = self.algo.step(train, valid)
+        assert self.pool is not None
+        step = self.algo.step(train, valid, self.pool.hvp(self.iteration, len(tasks)))
         self.iteration += 1
         self.env_steps += int(train.mask.sum() + valid.mask.sum())
         now = time.monotonic()
@@ -227,6 +252,8 @@ class MamlRun:
             "perf/sampling_seconds": sampled - began,
             "perf/meta_step_seconds": now - sampled,
             "perf/seconds_per_iteration": now - began,
+            # This process's CPU time: on a shared machine the wall times above include waiting for a core.
+            "perf/driver_cpu_seconds": time.process_time() - began_cpu,
         }
 
     # --- meta-test ----------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.messages import EpisodesReady, SampleEpisodes, Stop
+from appo.messages import EpisodesReady, HvpReady, HvpRequest, SampleEpisodes, Stop
 from envs import make_env
 from envs.tasks import task_family
 
@@ -32,6 +32,8 @@ ParamShapes = list[tuple[str, tuple[int, ...]]]  # (name, shape) of each policy 
 
 class EpisodeBuffers(NamedTuple):
     weights: torch.Tensor
+    hvp_in: torch.Tensor  # [P]: the vector of the KL Hessian-vector product being computed
+    hvp_out: torch.Tensor  # [K, P]: each task's product
     obs: list[torch.Tensor]
     actions: list[torch.Tensor]
     rewards: list[torch.Tensor]
@@ -55,6 +57,8 @@ def allocate_buffers(
 
     return EpisodeBuffers(
         shared(1 + num_rows, num_params),
+        shared(num_params),
+        shared(num_rows, num_params),
         [shared(num_rows, episodes, horizon, obs_dim) for _ in range(2)],
         [shared(num_rows, episodes, horizon, act_dim) for _ in range(2)],
         [shared(num_rows, episodes, horizon) for _ in range(2)],
@@ -99,6 +103,7 @@ class EpisodeSampler:
         self.horizon = episode_horizon(self.envs[0])
         space = self.envs[0].action_space
         self.low, self.high = space.low.astype(np.float32), space.high.astype(np.float32)
+        self.hvp_cache: tuple[tuple, list] | None = None  # ((iteration, rows), those rows' products)
 
     def on_sample(self, msg: SampleEpisodes) -> None:
         weights = self.buffers.weights.numpy()
@@ -143,6 +148,35 @@ class EpisodeSampler:
             act_out[e, n:] = 0.0
         len_out[:] = lengths
 
+    def on_hvp(self, msg: HvpRequest) -> None:
+        """Write J_k F_k J_k v of each task row of `msg` into the hvp output (the meta-batch's products are built
+        once per iteration, at its first request)."""
+        if self.hvp_cache is None or self.hvp_cache[0] != (msg.iteration, msg.rows):
+            self.hvp_cache = ((msg.iteration, msg.rows), self._task_hvps(msg.rows))
+        v = self.buffers.hvp_in.clone()
+        for row, product in zip(msg.rows, self.hvp_cache[1], strict=True):
+            self.buffers.hvp_out[row] = product(v)
+
+    def _task_hvps(self, rows: tuple[int, ...]) -> list:
+        from appo.algorithms.maml import Episodes, MamlTrpo, make_policy, params_of, unflatten
+
+        model = make_policy(self.cfg, self.envs[0].observation_space, self.envs[0].action_space)
+        flat = self.buffers.weights[0].clone()
+        with torch.no_grad():
+            for p, value in zip(params_of(model).values(), unflatten(flat, params_of(model)).values(), strict=True):
+                p.copy_(value)
+        index = list(rows)
+
+        def episodes(b: int) -> Episodes:
+            lengths = self.buffers.lengths[b][index]
+            mask = (torch.arange(self.horizon) < lengths.unsqueeze(-1)).float()
+            return Episodes(
+                self.buffers.obs[b][index], self.buffers.actions[b][index], self.buffers.rewards[b][index], mask
+            )
+
+        learner = MamlTrpo(self.cfg, model)
+        return learner.task_hvps(learner.task_batches(episodes(0), episodes(1)))
+
     def close(self) -> None:
         for env in self.envs:
             env.close()
@@ -176,6 +210,11 @@ def sampler_worker_main(
                     continue
                 if isinstance(msg, Stop):
                     return
+                if isinstance(msg, HvpRequest):
+                    sampler.on_hvp(msg)
+                    driver_queue.put(HvpReady(worker_idx, msg.seq))
+                    continue
+                sampler.hvp_cache = None
                 sampler.on_sample(msg)
                 driver_queue.put(EpisodesReady(worker_idx, msg.buffer, msg.rows))
         finally:

@@ -251,3 +251,39 @@ def test_navigation_tasks_differ() -> None:
     rewards, actions = sample_tasks("navigation2d", [{"goal_x": 0.4, "goal_y": 0.4}, {"goal_x": -0.4, "goal_y": -0.4}])
     assert np.array_equal(actions[0], actions[1])  # same observations (from the origin), same noise
     assert np.abs(rewards[0] - rewards[1]).max() > 0.1
+
+
+def test_sampler_workers_hvp_equals_the_learners_bit_for_bit() -> None:
+    # The driver averages the tasks' products that the sampler workers computed (each for the rows it was sent);
+    # whatever the split, the result must be the learner's own product, bit for bit (1 vs 4 workers, serial mode).
+    from appo.algorithms.maml import mean_in_order
+    from appo.algorithms.maml_run import SamplerPool
+    from appo.cfg import parse_cfg
+    from appo.messages import HvpRequest, SampleEpisodes
+    from appo.sampling.maml_sampler import EpisodeSampler, allocate_buffers
+
+    cfg = parse_cfg(["--algo=maml_trpo", "--env=navigation2d", "--max_episode_steps=15", "--maml_mlp_layers", "8"])
+    torch.manual_seed(0)
+    model = MamlPolicy(2, 2, [8], "tanh", 0.0)
+    learner = MamlTrpo(cfg, model)
+    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+    K, E = 3, 4
+    buffers = allocate_buffers(K, E, 15, 2, 2, flatten(params_of(model)).numel())
+    sampler = EpisodeSampler(cfg, E, buffers, shapes)
+    tasks = tuple({"goal_x": 0.1 * k, "goal_y": -0.2 * k} for k in range(K))
+    buffers.weights[0] = flatten(params_of(model)).detach()
+    sampler.on_sample(SampleEpisodes(0, 0, 0, tuple(range(K)), tasks, (0,) * K))
+    pool = SamplerPool.__new__(SamplerPool)  # only its episode reader
+    pool.buffers = buffers
+    train = pool.episodes(0, K)
+    for k in range(K):
+        buffers.weights[1 + k] = flatten(learner.adapted(train.task(k))).float()
+    sampler.on_sample(SampleEpisodes(1, 1, 0, tuple(range(K)), tasks, tuple(1 + k for k in range(K))))
+    valid = pool.episodes(1, K)
+    v = torch.randn(buffers.hvp_in.shape, generator=torch.Generator().manual_seed(1))
+    expected = learner.kl_hvp(learner.task_batches(train, valid))(v)
+    buffers.hvp_in.copy_(v)
+    for rows in ((0, 2), (1,)):  # two workers' shares
+        sampler.on_hvp(HvpRequest(0, 1, rows))
+    sampler.close()
+    assert torch.equal(mean_in_order(buffers.hvp_out[:K].clone()), expected)
