@@ -50,6 +50,7 @@ def run_seed(train_dir: Path, seed: int, iterations: int, extra: list[str]) -> d
         "seconds_per_iteration": round(float(series(acc, "perf/seconds_per_iteration").mean()), 2),
         "sampling_seconds": round(float(series(acc, "perf/sampling_seconds").mean()), 2),
         "meta_step_seconds": round(float(series(acc, "perf/meta_step_seconds").mean()), 2),
+        "driver_cpu_seconds": round(float(series(acc, "perf/driver_cpu_seconds").mean()), 2),
         "pre_last20": round(float(pre[window].mean()), 2),
         "post_last20": round(float(post[window].mean()), 2),
         "gain_last20": round(float((post - pre)[window].mean()), 2),
