@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-RUN_FLAGS = ["--env=CartPole-v1", "--train_for_env_steps=4096", "--num_workers=1", "--num_envs_per_worker=4"]
+RUN_FLAGS = ["--env=CartPole-v1", "--train_for_env_steps=2048", "--num_workers=1", "--num_envs_per_worker=4"]
 RUN_FLAGS += ["--rollout=16", "--batch_size=256", "--report_interval=1"]
 GRID = {"seed": [0, 1], "learning_rate": [0.001, 0.003]}
 
