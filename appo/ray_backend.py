@@ -306,7 +306,7 @@ class RayBackend(LocalBackend):
             if ref == state.started and isinstance(exc, ray.exceptions.ActorUnavailableError):
                 state.started, state.start_at = None, time.monotonic() + 0.5  # Ray is still bringing it back
             else:
-                self._restart(w, state, f"died ({type(exc).__name__})")
+                self._restart(w, state, f"died ({type(exc).__name__}: {first_line(exc)})")
             return []
         except ray.exceptions.RayError as exc:  # an exception inside the actor: the run fails, as locally
             self.failures.append(f"actor_worker_{w}: {str(exc).strip().splitlines()[-1]}")
@@ -400,6 +400,12 @@ class RayBackend(LocalBackend):
 
         if ray.is_initialized():
             ray.shutdown()  # with a private instance, this stops every Ray process it started
+
+
+def first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first non-empty line of an exception's message, cut to `limit` characters (Ray's run to pages)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else "")[:limit]
 
 
 def connect(cfg: Cfg) -> bool:

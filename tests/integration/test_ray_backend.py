@@ -218,3 +218,13 @@ def test_a_local_run_never_imports_ray():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_ray_flags_are_verified_one_line_each():
+    from appo.cfg import make_cfg, verify
+
+    errors = verify(make_cfg({"backend": "ray", "serial_mode": True, "actor_inference": False, "ray_worker_cpus": 0}))
+    assert any(e.startswith("--backend=ray: --serial_mode") for e in errors), errors
+    assert any(e.startswith("--backend=ray: Ray actors act for their own envs") for e in errors), errors
+    assert "--ray_worker_cpus=0: must be > 0" in errors, errors
+    assert verify(make_cfg({"backend": "mpi"})) == ["--backend=mpi: must be local or ray"]
