@@ -7,9 +7,9 @@
   ray alternating (local, ray, local, ray, ...), steady-state env steps per second after `--warmup` s (as in
   benchmarks/throughput.py); median, min and max of `--repeats` runs each, and the ratio of the medians. The Ray
   runs start their private instance (on this machine), as a user without a cluster would.
-- Soak: one Ray run of `--soak_minutes`; every 10 s the driver's RSS and the raylet's (the object store lives in
-  the raylet's shared memory, so the pages it holds count there), then the first and last minute's means and their
-  change. The issue's criterion: both flat within 10%.
+- Soak: one Ray run of `--soak_minutes`; every 10 s the driver's RSS, the raylet's, and the object store's usage
+  (`ray memory --stats-only`), then the first and last minute's means and their change. The issue's criterion:
+  object store and driver flat within 10%.
 The CPU used by processes outside the benchmark is printed with each figure: on a shared machine it says how far
 the figures can be trusted.
 """
@@ -17,6 +17,9 @@ the figures can be trusted.
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -56,30 +59,49 @@ def compare(env: str, repeats: int, seconds: float, warmup: float, extra: list[s
     print(f"{env} ray / local (medians): {ratio:.2f}")
 
 
+def plasma_mb(kids: list[psutil.Process]) -> float:
+    """MiB in the run's object store, as `ray memory --stats-only` reports it (asked from outside the run: its
+    private instance runs without Ray's token, RAY_AUTH_MODE=disabled, for this); nan when it cannot be read."""
+    gcs = next((k for k in kids if k.name() == "gcs_server"), None)
+    ports = [c.laddr.port for c in gcs.net_connections("tcp") if c.status == "LISTEN"] if gcs is not None else []
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    for port in ports:
+        cmd = ["ray", "memory", "--stats-only", f"--address=127.0.0.1:{port}"]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60).stdout
+        found = re.search(r"Plasma memory usage (\d+) MiB", out)
+        if found:
+            return float(found[1])
+    return math.nan
+
+
 def soak(env: str, minutes: float, extra: list[str]) -> None:
     train_dir = Path(tempfile.mkdtemp(prefix="appo_soak_"))
     cmd = [sys.executable, "train_appo.py", f"--env={env}", "--experiment=soak", f"--train_dir={train_dir}"]
     cmd += ["--backend=ray", f"--train_for_seconds={minutes * 60}", "--ray_object_store_mb=500", *SETTINGS, *extra]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=run_env)
     driver = psutil.Process(proc.pid)
-    samples: list[tuple[float, float, float]] = []  # (seconds, driver RSS MB, raylet RSS MB)
+    samples: list[tuple[float, float, float, float]] = []  # (seconds, driver RSS, raylet RSS, object store) MiB
     began = time.monotonic()
     while proc.poll() is None:
         time.sleep(10)
         try:
             kids = driver.children(recursive=True)
-            raylet = sum(k.memory_info().rss for k in kids if k.name() == "raylet")
-            samples.append((time.monotonic() - began, driver.memory_info().rss / 2**20, raylet / 2**20))
-        except psutil.Error:
+            raylet = sum(k.memory_info().rss for k in kids if k.name() == "raylet") / 2**20
+            sample = (time.monotonic() - began, driver.memory_info().rss / 2**20, raylet, plasma_mb(kids))
+        except (psutil.Error, subprocess.TimeoutExpired):
             break
-        print(f"{samples[-1][0]:6.0f} s  driver {samples[-1][1]:7.1f} MB  raylet {samples[-1][2]:7.1f} MB", flush=True)
+        samples.append(sample)
+        print(f"{sample[0]:6.0f} s  driver {sample[1]:7.1f} MB  raylet {sample[2]:7.1f} MB  store {sample[3]:5.0f} MiB")
     proc.wait()
-    samples = [s for s in samples if s[1] > 0 and s[2] > 0]  # while the run and its Ray instance are both up
+    # While the run and its Ray instance are both up.
+    samples = [s for s in samples if s[1] > 0 and s[2] > 0 and not math.isnan(s[3])]
     if len(samples) < 12:
         print("too few samples")
         return
     first = [s for s in samples if s[0] <= samples[0][0] + 60]
     last = [s for s in samples if s[0] >= samples[-1][0] - 60]
+    print(f"object store: {min(s[3] for s in samples):.0f}-{max(s[3] for s in samples):.0f} MiB over the run")
     for k, name in ((1, "driver RSS"), (2, "raylet RSS")):
         a, b = statistics.mean(s[k] for s in first), statistics.mean(s[k] for s in last)
         print(f"{name}: first minute {a:.1f} MB, last minute {b:.1f} MB, change {100 * (b - a) / a:+.1f}%")
