@@ -32,6 +32,9 @@ class RunCfg:
     device: str = _f("auto", "torch device of policy workers and learners: auto, cpu, cuda, cuda:N")
     train_for_env_steps: int = _f(10_000_000_000, "stop once every policy has trained on this many env steps")
     train_for_seconds: float = _f(1e10, "stop after this many seconds of this session")
+    train_for_iterations: int = _f(
+        0, "stop once every policy's train/version (learner iterations) reaches this; 0: none"
+    )
     save_every_sec: float = _f(120.0, "seconds between regular checkpoints")
     keep_checkpoints: int = _f(3, "regular checkpoints kept per policy (plus the best)")
     report_interval: float = _f(5.0, "seconds between status lines and tensorboard writes")
@@ -367,6 +370,8 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(str(exc))
     if cfg.save_best_metric == "eval" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
         errors.append("--save_best_metric=eval: needs --eval_interval > 0 (or --meta_test_interval for task envs)")
+    if cfg.train_for_iterations < 0:
+        errors.append(f"--train_for_iterations={cfg.train_for_iterations}: must be >= 0 (0: no limit)")
     if cfg.max_policy_lag < 0:
         errors.append(f"--max_policy_lag={cfg.max_policy_lag}: must be >= 0")
     if cfg.num_minibatches_to_accumulate < 1:

@@ -140,6 +140,9 @@ class Driver:
             )
         if time.monotonic() - self.start >= self.cfg.train_for_seconds:
             return f"ran {self.cfg.train_for_seconds:g} s"
+        iterations = self.cfg.train_for_iterations
+        if iterations > 0 and min(p.version for p in self.stats.policies) >= iterations:
+            return f"reached {iterations} iterations (train/version)"
         return None
 
     def close(self) -> None:

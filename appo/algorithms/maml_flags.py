@@ -26,7 +26,6 @@ class MamlCfg:
     maml_mlp_layers: list[int] = flag([64, 64], "MAML: hidden sizes of the Gaussian MLP policy")
     maml_nonlinearity: str = flag("tanh", "MAML: tanh or relu")
     maml_init_log_std: float = flag(0.0, "MAML: initial log standard deviation of the actions")
-    train_for_iterations: int = flag(0, "MAML: stop after this many meta-iterations; 0: no limit")
 
 
 # Shared flags whose default differs for MAML-TRPO (above env presets, below cfg.json and typed flags): GAE with
@@ -62,7 +61,7 @@ def verify_maml(c: Any) -> list[str]:
         for name in ("fast_batch_size", "num_inner_steps", "max_kl", "cg_iters", "ls_max_steps")
         if getattr(c, name) <= 0
     ]
-    for name in ("meta_batch_size", "meta_test_steps", "cg_damping", "train_for_iterations"):
+    for name in ("meta_batch_size", "meta_test_steps", "cg_damping"):
         if getattr(c, name) < 0:
             errors.append(f"--{name}={getattr(c, name)}: must be >= 0")
     if not c.fast_lr > 0:

@@ -74,6 +74,18 @@ def test_serial_mode_trains_and_checkpoints(train_dir):
     assert state["env_steps"] >= 8000
 
 
+def test_train_for_iterations_stops_at_that_version(train_dir):
+    result = run_script(
+        "train_appo.py",
+        [*FAST, f"--train_dir={train_dir}", "--experiment=it", "--serial_mode", "--train_for_iterations=3"],
+        check=True,
+    )
+    assert "stopping: reached 3 iterations (train/version)" in result.stdout, result.stdout[-2000:]
+    state = torch.load(list_checkpoints(train_dir / "it" / "checkpoint_p0")[-1], weights_only=True)
+    # The driver stops at the first report at or past version 3 (a round of serial mode may train twice).
+    assert 3 <= state["version"] <= 4, state["version"]
+
+
 def _titles(root: psutil.Process) -> set[str]:
     out = set()
     for p in [root, *root.children(recursive=True)]:
