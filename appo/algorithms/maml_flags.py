@@ -82,6 +82,8 @@ def verify_maml(c: Any) -> list[str]:
         errors.append(f"--num_policies={c.num_policies}: --algo=maml_trpo trains exactly one policy; use 1")
     if c.use_rnn:
         errors.append("--use_rnn=True: --algo=maml_trpo has a feed-forward policy; pass --use_rnn=False")
+    if getattr(c, "backend", "local") != "local":
+        errors.append(f"--backend={c.backend}: --algo=maml_trpo runs on local sampler workers only; use local")
     if c.task_schedule != "none":
         errors.append(f"--task_schedule={c.task_schedule}: --algo=maml_trpo draws its tasks itself; use none")
     return errors

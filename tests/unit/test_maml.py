@@ -201,6 +201,7 @@ def test_numpy_policy_equals_the_torch_policy() -> None:
         ("--ls_backtrack_ratio=1.5", "--ls_backtrack_ratio=1.5: must be in (0, 1)"),
         ("--maml_nonlinearity=sigmoid", "--maml_nonlinearity=sigmoid: must be one of tanh, relu"),
         ("--use_rnn=True", "--use_rnn=True: --algo=maml_trpo has a feed-forward policy"),
+        ("--backend=ray", "--backend=ray: --algo=maml_trpo runs on local sampler workers only"),
     ],
 )
 def test_bad_flags_are_one_line_naming_the_flag(flag: str, message: str, tmp_path: object) -> None:
