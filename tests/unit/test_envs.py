@@ -253,6 +253,11 @@ def test_presets() -> None:
         assert env_preset(name) is not MUJOCO_PRESET
     assert env_preset("navigation2d") == NAVIGATION2D_PRESET | META_PRESET
     assert env_preset("HalfCheetah-v5") == MUJOCO_PRESET
+    # Robots that fall start with more action noise (issue 18); the rest of the MuJoCo preset is theirs too.
+    for name in ("Hopper-v5", "Walker2d-v5"):
+        assert env_preset(name) == MUJOCO_PRESET | {"initial_log_std": 0.0}
+        assert merge_cfg({"env": name}, None).initial_log_std == 0.0
+    assert merge_cfg({"env": "HalfCheetah-v5"}, None).initial_log_std == MUJOCO_PRESET["initial_log_std"]
     cfg = merge_cfg({"env": "navigation2d"}, None)  # every preset key is a cfg key
     assert cfg.rollout == NAVIGATION2D_PRESET["rollout"] and cfg.learning_rate == NAVIGATION2D_PRESET["learning_rate"]
     assert merge_cfg({"env": "ant_goal"}, None).num_epochs == MUJOCO_PRESET["num_epochs"]
