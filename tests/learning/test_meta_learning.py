@@ -16,7 +16,7 @@ from tests.conftest import run_script
 
 # The README's meta-RL command (2 workers, the preset), with a report interval short enough to see progress.
 BUDGET = ["--train_for_env_steps=1500000", "--num_workers=2", "--report_interval=5"]
-SEEDS = (1, 2)
+SEEDS = (2, 1)
 
 
 def meta_test(summary_dir: Path, last: int = 3) -> dict[str, float]:
@@ -32,9 +32,22 @@ def meta_test(summary_dir: Path, last: int = 3) -> dict[str, float]:
     return out
 
 
+def adapts(r: dict[str, float]) -> bool:
+    """Returns are negative distances summed over an episode: closer to zero is better. Standing still scores
+    about -38; MAML-TRPO reaches about -16 after one adaptation step. A seed adapts when its better episode
+    reaches that and its second episode beats its first by a clear margin (10% of the first's cost)."""
+    return max(r["return_ep0"], r["return_ep1"]) >= -16.0 and r["return_ep1"] > r["return_ep0"] + 0.1 * abs(
+        r["return_ep0"]
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_navigation2d_adapts_on_held_out_goals(tmp_path):
+    # Runs are not deterministic with worker processes, and some still diverge (issue 19: in CI seed 1 once
+    # gave -26.7 / -85.9 where it had given -4.1 / -3.0), so one of the two seeds must adapt, not both. The
+    # seeds run in turn and the second only when the first did not adapt (the verdict cannot change after
+    # a seed that adapts; this halves the test's time in the usual case).
     results = {}
     for seed in SEEDS:
         name = f"seed{seed}"
@@ -45,15 +58,6 @@ def test_navigation2d_adapts_on_held_out_goals(tmp_path):
             check=True,
         )
         results[seed] = meta_test(tmp_path / name / "summaries" / "0")
-    # Returns are negative distances summed over an episode: closer to zero is better. Standing still scores
-    # about -38; MAML-TRPO reaches about -16 after one adaptation step. A seed adapts when its better episode
-    # reaches that and its second episode beats its first by a clear margin (10% of the first's cost). Runs
-    # are not deterministic with worker processes, and some still diverge (issue 19: in CI seed 1 once gave
-    # -26.7 / -85.9 where it had given -4.1 / -3.0), so one of the two seeds must adapt, not both.
-    adapted = [
-        seed
-        for seed, r in results.items()
-        if max(r["return_ep0"], r["return_ep1"]) >= -16.0
-        and r["return_ep1"] > r["return_ep0"] + 0.1 * abs(r["return_ep0"])
-    ]
-    assert adapted, results
+        if adapts(results[seed]):
+            return
+    pytest.fail(f"no seed adapted on held-out goals: {results}")
