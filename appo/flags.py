@@ -12,3 +12,18 @@ def flag(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best next
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"help": help})
     return field(default=default, metadata={"help": help})
+
+
+def single_policy_errors(c: Any, model: str = "a feed-forward policy") -> list[str]:
+    """The refusals of an algorithm that trains one feed-forward policy per run (everything but APPO): PBT,
+    several policies and --use_rnn, one line each naming the flag and what would do."""
+    errors = []
+    if c.with_pbt:
+        errors.append(
+            f"--with_pbt: not supported with --algo={c.algo} (one policy per run); drop it or use --algo=appo"
+        )
+    if c.num_policies != 1:
+        errors.append(f"--num_policies={c.num_policies}: --algo={c.algo} trains exactly one policy; use 1")
+    if c.use_rnn:
+        errors.append(f"--use_rnn=True: --algo={c.algo} has {model} only; pass --use_rnn=False")
+    return errors

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from appo.flags import flag
+from appo.flags import flag, single_policy_errors
 
 
 @dataclass
@@ -76,12 +76,7 @@ def verify_maml(c: Any) -> list[str]:
         errors.append(f"--maml_mlp_layers={c.maml_mlp_layers}: must be one or more sizes > 0")
     if c.meta_test_interval < 0:
         errors.append(f"--meta_test_interval={c.meta_test_interval}: must be >= 0 (meta-iterations; 0: at the end)")
-    if c.with_pbt:
-        errors.append("--with_pbt: not supported with --algo=maml_trpo (one policy per run); drop it")
-    if c.num_policies != 1:
-        errors.append(f"--num_policies={c.num_policies}: --algo=maml_trpo trains exactly one policy; use 1")
-    if c.use_rnn:
-        errors.append("--use_rnn=True: --algo=maml_trpo has a feed-forward policy; pass --use_rnn=False")
+    errors += single_policy_errors(c)
     if getattr(c, "backend", "local") != "local":
         errors.append(f"--backend={c.backend}: --algo=maml_trpo runs on local sampler workers only; use local")
     if c.task_schedule != "none":

@@ -191,9 +191,8 @@ class MamlRun:
     def state(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
-            "version": self.iteration,
+            "version": self.iteration,  # train/version counts meta-iterations, as the engine's key reads
             "env_steps": self.env_steps,
-            "iteration": self.iteration,
             "algo": self.cfg.algo,
             "policy_id": 0,
         }
@@ -209,7 +208,7 @@ class MamlRun:
             return False
         state, path = loaded
         self.model.load_state_dict(state["model"])
-        self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
+        self.iteration, self.env_steps = int(state["version"]), int(state["env_steps"])
         log.info("MAML resumed from %s (iteration %d, %d env steps)", path, self.iteration, self.env_steps)
         return True
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from appo.flags import flag
+from appo.flags import flag, single_policy_errors
 
 
 @dataclass
@@ -68,10 +68,4 @@ def verify_sac(c: Any) -> list[str]:
     for name in ("actor_mlp_layers", "critic_mlp_layers"):
         if not getattr(c, name) or min(getattr(c, name)) <= 0:
             errors.append(f"--{name}={getattr(c, name)}: must be one or more sizes > 0")
-    if c.with_pbt:
-        errors.append("--with_pbt: not supported with --algo=sac (one policy per run); drop it or use --algo=appo")
-    if c.num_policies != 1:
-        errors.append(f"--num_policies={c.num_policies}: --algo=sac trains exactly one policy; use 1")
-    if c.use_rnn:
-        errors.append("--use_rnn=True: --algo=sac has feed-forward networks only; pass --use_rnn=False")
-    return errors
+    return errors + single_policy_errors(c, "feed-forward networks")

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from appo.flags import flag
+from appo.flags import flag, single_policy_errors
 
 # --algo values whose policy takes a command; command dims each: (return-to-go, horizon) for UDRL.
 COMMAND_DIMS = {"udrl": 2, "rcp_r": 1, "rcp_a": 1}
@@ -82,12 +82,7 @@ def verify_command_policy(c: Any) -> list[str]:
         errors.append(f"--command_scale={c.command_scale}: must be {dims} numbers > 0 for --algo={c.algo}")
     if not c.command_mlp_layers or min(c.command_mlp_layers) <= 0:
         errors.append(f"--command_mlp_layers={c.command_mlp_layers}: must be one or more sizes > 0")
-    if c.with_pbt:
-        errors.append(f"--with_pbt: not supported with --algo={c.algo} (one policy per run); drop it")
-    if c.num_policies != 1:
-        errors.append(f"--num_policies={c.num_policies}: --algo={c.algo} trains exactly one policy; use 1")
-    if c.use_rnn:
-        errors.append(f"--use_rnn=True: --algo={c.algo} has a feed-forward policy only; pass --use_rnn=False")
+    errors += single_policy_errors(c)
     if c.task_schedule != "none":
         errors.append(f"--task_schedule={c.task_schedule}: --algo={c.algo} needs --task_schedule=none")
     if c.reward_scale != 1.0 or c.reward_clip != 0.0:

@@ -42,7 +42,7 @@ def train(train_dir: Path, name: str, *args: str, env: str = "navigation2d") -> 
 def test_one_and_four_workers_and_a_resumed_run_give_identical_iterations(train_dir: Path) -> None:
     # One worker, stopped after one iteration and resumed for the second; four workers in one go.
     one = train(train_dir, "w1", "--num_workers=1", "--train_for_iterations=1", "--save_every_sec=0")
-    assert load_latest(one / "checkpoint_p0")[0]["iteration"] == 1
+    assert load_latest(one / "checkpoint_p0")[0]["version"] == 1
     train(train_dir, "w1", "--num_workers=1", "--train_for_iterations=2", "--save_every_sec=0")
     four = train(train_dir, "w4", "--num_workers=4", "--train_for_iterations=2", "--meta_test_interval=1")
     a, b = scalars(one), scalars(four)
@@ -50,7 +50,7 @@ def test_one_and_four_workers_and_a_resumed_run_give_identical_iterations(train_
     for tag in ("maml/return_pre", "maml/return_post", "maml/kl", "maml/surrogate_after", "maml/ls_steps"):
         assert len(a[tag]) == 2 and a[tag] == b[tag], (tag, a[tag], b[tag])
     state_a, state_b = load_latest(one / "checkpoint_p0")[0], load_latest(four / "checkpoint_p0")[0]
-    assert state_a["iteration"] == state_b["iteration"] == 2
+    assert state_a["version"] == state_b["version"] == 2
     for name, value in state_a["model"].items():
         assert torch.equal(value, state_b["model"][name]), name
     npz_a, npz_b = np.load(one / "meta_test" / "iter_2.npz"), np.load(four / "meta_test" / "iter_2.npz")

@@ -68,6 +68,13 @@ class Run:
             env={**os.environ, **(env or {})},
         )
 
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.out.closed:  # the test failed (or returned) before finish(): kill the run and its group
+            self.finish(timeout=0.1)
+
     def text(self) -> str:
         return self.log.read_text() if self.log.is_file() else ""
 
@@ -118,8 +125,7 @@ def last_scalar(summary_dir: Path, tag: str) -> tuple[int, float]:
 @pytest.mark.timeout(150)
 def test_cartpole_on_two_nodes_learns_through_kill_9_of_an_actor(cluster, train_dir):
     c, worker_node = cluster
-    run = Run(train_dir, [*CARTPOLE, f"--ray_address={c.address}", "--train_for_env_steps=200000"])
-    try:
+    with Run(train_dir, [*CARTPOLE, f"--ray_address={c.address}", "--train_for_env_steps=200000"]) as run:
         found = run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
         nodes = {m[3] for m in found}
         assert nodes == {c.head_node.node_id, worker_node.node_id}, f"actors on {nodes}"
@@ -127,9 +133,6 @@ def test_cartpole_on_two_nodes_learns_through_kill_9_of_an_actor(cluster, train_
         victim = int(found[0][4])
         os.kill(victim, signal.SIGKILL)
         status = run.finish(timeout=120)
-    finally:
-        if run.proc.poll() is None:
-            run.finish(timeout=0.1)
     text = run.text()
     assert status == 0, run.output()
     assert f"actor_worker_{found[0][1]} died" in text, text[-3000:]
@@ -145,8 +148,7 @@ def test_cartpole_on_two_nodes_learns_through_kill_9_of_an_actor(cluster, train_
 @pytest.mark.timeout(120)
 def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
     c, worker_node = cluster
-    run = Run(train_dir, [*CARTPOLE, f"--ray_address={c.address}", "--train_for_env_steps=200000"])
-    try:
+    with Run(train_dir, [*CARTPOLE, f"--ray_address={c.address}", "--train_for_env_steps=200000"]) as run:
         found = run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
         lost = [int(m[1]) for m in found if m[3] == worker_node.node_id]
         assert len(lost) == 1, f"one actor on the worker node expected: {[m[0] for m in found]}"
@@ -154,9 +156,6 @@ def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
         c.remove_node(worker_node)
         back = run.wait_for(rf"actor worker {lost[0]} \(incarnation [1-9]\d*\) on node (\w+)", timeout=60)
         status = run.finish(timeout=90)
-    finally:
-        if run.proc.poll() is None:
-            run.finish(timeout=0.1)
     text = run.text()
     assert status == 0, run.output()
     assert back[0][1] == c.head_node.node_id, f"actor {lost[0]} not back on the head:\n{text[-3000:]}"
@@ -186,8 +185,7 @@ def test_private_ray_run_replaces_a_hung_actor_and_stops_on_sigterm_within_15_s(
     before = ray_processes()
     flags = [*CARTPOLE[1:], "--env=tests.support.faulty_envs:HangOnceEnv", "--worker_stuck_timeout=4"]
     flags += ["--save_every_sec=1000", "--train_for_env_steps=100000000"]
-    run = Run(train_dir, flags, env={"APPO_TEST_HANG_FLAG": str(tmp_path / "hung")})
-    try:
+    with Run(train_dir, flags, env={"APPO_TEST_HANG_FLAG": str(tmp_path / "hung")}) as run:
         run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
         run.wait_for(r"actor_worker_\d: no answer for \d+ s; killing it", timeout=60)
         run.wait_for(r"actor worker \d \(incarnation 1\)", timeout=60)
@@ -197,9 +195,6 @@ def test_private_ray_run_replaces_a_hung_actor_and_stops_on_sigterm_within_15_s(
         began = time.monotonic()
         status = run.finish(timeout=15)
         took = time.monotonic() - began
-    finally:
-        if run.proc.poll() is None:
-            run.finish(timeout=0.1)
     assert status == 143, run.output()
     assert took <= 15
     checkpoints = list((train_dir / "run" / "checkpoint_p0").glob("checkpoint_*.pth"))

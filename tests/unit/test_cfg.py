@@ -115,3 +115,21 @@ def test_bad_saved_cfg_json_exits_2_and_is_left_alone(tmp_path, content, fragmen
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and fragment in proc.stderr
     assert (exp / "cfg.json").read_text() == content
+
+
+@pytest.mark.parametrize(
+    ("algo", "env"),
+    [("maml_trpo", "navigation2d"), ("sac", "Pendulum-v1"), ("udrl", "CartPole-v1"), ("rcp_r", "CartPole-v1")],
+)
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--with_pbt=True", "--with_pbt: not supported with --algo={algo} (one policy per run)"),
+        ("--num_policies=2", "--num_policies=2: --algo={algo} trains exactly one policy; use 1"),
+        ("--use_rnn=True", "--use_rnn=True: --algo={algo} has "),
+    ],
+)
+def test_single_policy_algorithms_refuse_populations_and_rnns_in_one_line(tmp_path, algo, env, flag, message):
+    errors = verify(parse_cfg([f"--algo={algo}", f"--env={env}", f"--train_dir={tmp_path}", flag]))
+    expected = message.format(algo=algo)
+    assert any(e.startswith(expected) and "\n" not in e for e in errors), errors

@@ -200,7 +200,7 @@ def test_numpy_policy_equals_the_torch_policy() -> None:
         ("--fast_batch_size=0", "--fast_batch_size=0: must be > 0"),
         ("--ls_backtrack_ratio=1.5", "--ls_backtrack_ratio=1.5: must be in (0, 1)"),
         ("--maml_nonlinearity=sigmoid", "--maml_nonlinearity=sigmoid: must be one of tanh, relu"),
-        ("--use_rnn=True", "--use_rnn=True: --algo=maml_trpo has a feed-forward policy"),
+        ("--use_rnn=True", "--use_rnn=True: --algo=maml_trpo has a feed-forward policy only"),
         ("--backend=ray", "--backend=ray: --algo=maml_trpo runs on local sampler workers only"),
     ],
 )
