@@ -1,7 +1,8 @@
 """Evaluator: runs the newest weights of a policy with deterministic actions on its own envs, never
 touching the training buffers. For plain envs: `eval_episodes` episodes (eval/* summaries). For task
 envs: one trial on each held-out test task, with the recurrent state carried across the trial's
-episodes; the mean return by episode index is the adaptation curve (meta_test/* summaries).
+episodes; the mean return by episode index is the adaptation curve (meta_test/* summaries); then the
+same trials with sampled actions (meta_test_sampled/return_ep*).
 
 `Evaluator` is the component (called directly in --serial_mode); `run_evaluator` the process shell,
 which serves EvalRequests from the driver.
@@ -91,14 +92,12 @@ class Evaluator:
         )
 
     def _meta_test(self, request: EvalRequest, version: int) -> EvalReport:
-        """One trial per held-out task, in order (the wrapper's sequence schedule hands them out)."""
-        schedule = self.env.schedule
-        schedule.index = 0
-        trials = [
-            run_episode(self.env, self.model, self.state_size, seed=self.cfg.seed + 20_000 + i)[2]["trial"]
-            for i in range(len(schedule.tasks))
-        ]
+        """One trial per held-out task with deterministic actions, then one with sampled actions."""
+        trials = self._trials(deterministic=True)
         by_episode = np.array([t["returns"] for t in trials])  # [tasks, episodes_per_trial]
+        # The same tasks with sampled actions: a policy may need its noise to search within a trial (issue 19).
+        torch.manual_seed(self.cfg.seed + version)
+        stochastic = np.array([t["returns"] for t in self._trials(deterministic=False)])
         totals = by_episode.sum(axis=1)
         lengths = [sum(t["lengths"]) for t in trials]
         return EvalReport(
@@ -110,7 +109,19 @@ class Evaluator:
             float(np.mean(lengths)),
             by_episode.mean(axis=0).tolist(),
             totals.tolist(),
+            stochastic.mean(axis=0).tolist(),
         )
+
+    def _trials(self, deterministic: bool) -> list[dict]:
+        """One trial per held-out task, in order (the wrapper's sequence schedule hands them out)."""
+        schedule = self.env.schedule
+        schedule.index = 0
+        return [
+            run_episode(self.env, self.model, self.state_size, deterministic, seed=self.cfg.seed + 20_000 + i)[2][
+                "trial"
+            ]
+            for i in range(len(schedule.tasks))
+        ]
 
     def close(self) -> None:
         self.env.close()

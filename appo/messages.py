@@ -123,6 +123,7 @@ class EvalReport(NamedTuple):
     length_mean: float
     returns_by_episode: list[float]
     task_returns: list[float]
+    stochastic_returns_by_episode: list[float] = []  # task envs: the same trials with sampled actions
 
 
 class ReturnSummary(NamedTuple):

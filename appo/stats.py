@@ -153,6 +153,8 @@ def eval_line(report: EvalReport) -> str:
     """The console line of one evaluation."""
     if report.returns_by_episode:
         curve = " ".join(f"ep{k} {v:.1f}" for k, v in enumerate(report.returns_by_episode))
+        if report.stochastic_returns_by_episode:
+            curve += " (sampled: " + " ".join(f"{v:.1f}" for v in report.stochastic_returns_by_episode) + ")"
         return (
             f"meta-test p{report.policy_id} at {report.env_steps} steps (v{report.version}): {curve} | "
             f"trial return {report.return_mean:.1f} +- {report.return_std:.1f} over {len(report.task_returns)} tasks"
@@ -207,6 +209,8 @@ class SummaryWriters:
         writer.add_scalar(f"{prefix}/length_mean", report.length_mean, step)
         for k, value in enumerate(report.returns_by_episode):
             writer.add_scalar(f"meta_test/return_ep{k}", value, step)
+        for k, value in enumerate(report.stochastic_returns_by_episode):
+            writer.add_scalar(f"meta_test_sampled/return_ep{k}", value, step)
         for i, value in enumerate(report.task_returns):
             writer.add_scalar(f"meta_test/task_{i}", value, step)
 

@@ -89,6 +89,16 @@ def test_meta_test_writes_adaptation_curve(train_dir):
     max_distance = math.hypot(0.5 + 100 * 0.1, 0.5 + 100 * 0.1)
     for value in curve:
         assert math.isfinite(value) and -100 * max_distance <= value <= 0, curve
+    # The same tasks with sampled actions, beside the deterministic curve (a policy may search with its noise).
+    assert {t for t in tags if t.startswith("meta_test_sampled/")} == {
+        "meta_test_sampled/return_ep0",
+        "meta_test_sampled/return_ep1",
+    }
+    sampled = [acc.Scalars(f"meta_test_sampled/return_ep{k}")[-1] for k in range(2)]
+    assert {e.step for e in sampled} == {e.step for e in final.values()}
+    for e in sampled:
+        assert math.isfinite(e.value) and -100 * max_distance <= e.value <= 0, sampled
+    assert [e.value for e in sampled] != curve, "sampled actions gave exactly the deterministic returns"
     for value in tasks:
         assert math.isfinite(value) and -2 * 100 * max_distance <= value <= 0, tasks
     # The curve is a per-episode split of the same trials the task returns total: they must add up.
@@ -98,7 +108,9 @@ def test_meta_test_writes_adaptation_curve(train_dir):
     assert 2 <= final["meta_test/length_mean"].value <= 200  # 2 episodes of 1..100 steps
     log_text = (train_dir / "nav" / "log.txt").read_text()
     assert re.search(
-        r"meta-test p0 at \d+ steps \(v\d+\): ep0 -[\d.]+ ep1 -[\d.]+ \| trial return .* over 3 tasks", log_text
+        r"meta-test p0 at \d+ steps \(v\d+\): ep0 -[\d.]+ ep1 -[\d.]+ \(sampled: -[\d.]+ -[\d.]+\) \| "
+        r"trial return .* over 3 tasks",
+        log_text,
     )
     out = run_script(
         "enjoy.py",
