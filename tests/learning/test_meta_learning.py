@@ -1,12 +1,14 @@
 """Meta-RL learning test: on navigation2d with hidden goals and trials of two episodes, a recurrent
 policy adapts within a trial. Read as a user reads it, from the run's own meta-test on held-out goals over
-its last three meta-tests, with the README's command and defaults (the preset: synchronous PPO), on two seeds
-of which at least one must adapt: the better episode of a trial scores like MAML-TRPO after its adaptation
-step (about -16), and the second episode beats the first, which it can only do by remembering what the
-first found out about the goal."""
+its last three meta-tests (with sampled actions: the policy as it trains; the deterministic meta-test of
+the same weights can walk away in episode 1, see docs/benchmarks.md, issue 19), with the README's command
+and defaults, on two seeds, each of which must adapt: the better episode of a trial scores like
+MAML-TRPO after its adaptation step (about -16), and the second episode beats the first, which it can only
+do by remembering what the first found out about the goal."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,13 +22,13 @@ SEEDS = (2, 1)
 
 
 def meta_test(summary_dir: Path, last: int = 3) -> dict[str, float]:
-    """Mean return of episode 0 and 1 of a trial over the held-out tasks, averaged over the last `last`
-    meta-tests (each one is deterministic but noisy from one weights version to the next)."""
+    """Mean return of episode 0 and 1 of a trial over the held-out tasks with sampled actions, averaged over
+    the last `last` meta-tests (one trial per task each: noisy from one meta-test to the next)."""
     acc = EventAccumulator(str(summary_dir), size_guidance={"scalars": 0})
     acc.Reload()
     out = {}
     for tag in ("return_ep0", "return_ep1"):
-        values = [e.value for e in acc.Scalars(f"meta_test/{tag}")][-last:]
+        values = [e.value for e in acc.Scalars(f"meta_test_sampled/{tag}")][-last:]
         assert len(values) == last, f"{tag}: only {len(values)} meta-tests"
         out[tag] = sum(values) / len(values)
     return out
@@ -44,20 +46,16 @@ def adapts(r: dict[str, float]) -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_navigation2d_adapts_on_held_out_goals(tmp_path):
-    # Runs are not deterministic with worker processes, and some still diverge (issue 19: in CI seed 1 once
-    # gave -26.7 / -85.9 where it had given -4.1 / -3.0), so one of the two seeds must adapt, not both. The
-    # seeds run in turn and the second only when the first did not adapt (the verdict cannot change after
-    # a seed that adapts; this halves the test's time in the usual case).
-    results = {}
-    for seed in SEEDS:
+    # Both seeds must adapt. Read with sampled actions they did in every run seen (issue 19: 8 of 8, by 14% to
+    # 45%; docs/benchmarks.md); the deterministic meta-test, which this test read before, passed 5 of the 8. The two
+    # runs go side by side: neither keeps both cores busy (about 1.3 of 2), so together they finish sooner.
+    def train(seed: int) -> dict[str, float]:
         name = f"seed{seed}"
-        run_script(
-            "train_appo.py",
-            ["--env=navigation2d", f"--train_dir={tmp_path}", f"--experiment={name}", f"--seed={seed}", *BUDGET],
-            timeout=400,
-            check=True,
-        )
-        results[seed] = meta_test(tmp_path / name / "summaries" / "0")
-        if adapts(results[seed]):
-            return
-    pytest.fail(f"no seed adapted on held-out goals: {results}")
+        args = ["--env=navigation2d", f"--train_dir={tmp_path}", f"--experiment={name}", f"--seed={seed}", *BUDGET]
+        run_script("train_appo.py", args, timeout=600, check=True)
+        return meta_test(tmp_path / name / "summaries" / "0")
+
+    with ThreadPoolExecutor(len(SEEDS)) as pool:
+        results = dict(zip(SEEDS, pool.map(train, SEEDS), strict=True))
+    failed = {seed: r for seed, r in results.items() if not adapts(r)}
+    assert not failed, f"seeds that did not adapt on held-out goals: {failed} (all: {results})"

@@ -1,0 +1,92 @@
+"""Recurrent meta-RL (RL^2) on navigation2d, issue 19's acceptance: the README's command per seed, then what a
+user reads from the run's own deterministic meta-test on the held-out goals.
+
+    python benchmarks/meta_navigation.py --seeds 1 2 3 [--steps 1500000] [--parallel 1] [-- extra flags]
+
+Prints, per seed and for the meta-test with sampled actions (the policy as it trains) and with deterministic
+ones: the mean over the last 3 meta-tests of episode 0 and 1 of a trial, whether it adapts (the better episode
+>= -16, MAML-TRPO's return after one adaptation step, and episode 1 beats episode 0 by 10% of episode 0's cost;
+the learning test's rule), the meta-test curve; then wall time and the final training return. Exits 1 unless
+every seed adapts on the sampled meta-test. Run seeds one at a time (--parallel 1) for wall times that mean anything."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from appo.plot import load_events  # noqa: E402
+
+BEST_EPISODE_AT_LEAST = -16.0
+MARGIN = 0.1
+
+
+def adapts(ep0: float, ep1: float) -> bool:
+    """The learning test's rule (tests/learning/test_meta_learning.py)."""
+    return max(ep0, ep1) >= BEST_EPISODE_AT_LEAST and ep1 > ep0 + MARGIN * abs(ep0)
+
+
+def values(acc: object, tag: str) -> tuple[np.ndarray, np.ndarray]:
+    events = acc.Scalars(tag)  # type: ignore[attr-defined]
+    return np.array([e.step for e in events]), np.array([e.value for e in events])
+
+
+def run_seed(train_dir: Path, seed: int, steps: int, extra: list[str]) -> dict[str, object]:
+    name = f"nav_s{seed}"
+    cmd = [sys.executable, str(ROOT / "train_appo.py"), "--env=navigation2d", f"--train_dir={train_dir}"]
+    cmd += [f"--experiment={name}", f"--seed={seed}", f"--train_for_env_steps={steps}", *extra]
+    began = time.monotonic()
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.monotonic() - began
+    acc = load_events(train_dir / name / "summaries" / "0")
+    out: dict[str, object] = {"seed": seed, "wall_seconds": round(wall, 1)}
+    for prefix, key in (("meta_test_sampled", "sampled"), ("meta_test", "deterministic")):
+        step, ep0 = values(acc, f"{prefix}/return_ep0")
+        _, ep1 = values(acc, f"{prefix}/return_ep1")
+        last0, last1 = float(ep0[-3:].mean()), float(ep1[-3:].mean())
+        every = max(1, len(step) // 8)
+        out[key] = {
+            "ep0_last3": round(last0, 2),
+            "ep1_last3": round(last1, 2),
+            "adapts": adapts(last0, last1),
+            "curve": [
+                f"{s // 1000}k {a:.0f}/{b:.0f}"
+                for s, a, b in zip(step[::every], ep0[::every], ep1[::every], strict=True)
+            ],
+        }
+    out["train_return_end"] = round(float(values(acc, "episode/return_mean")[1][-5:].mean()), 2)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=1_500_000)
+    parser.add_argument("--parallel", type=int, default=1, help="runs at a time (wall times only valid at 1)")
+    parser.add_argument("--train_dir", type=Path, default=None)
+    parser.add_argument("extra", nargs="*", help="flags passed to train_appo.py (after --)")
+    args = parser.parse_args()
+    train_dir = args.train_dir or Path(tempfile.mkdtemp(prefix="meta_nav_"))
+    print(f"train_dir {train_dir}; extra flags: {' '.join(args.extra) or '(none)'}", flush=True)
+    with ThreadPoolExecutor(args.parallel) as pool:
+        results = list(pool.map(lambda s: run_seed(train_dir, s, args.steps, args.extra), args.seeds))
+    for r in results:
+        print(json.dumps(r), flush=True)
+    adapted = sum(bool(r["sampled"]["adapts"]) for r in results)  # type: ignore[index]
+    wall = np.median([r["wall_seconds"] for r in results])
+    print(f"{adapted}/{len(results)} seeds adapt (sampled meta-test); median wall {wall:.0f} s")
+    return 0 if adapted == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
