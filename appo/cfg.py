@@ -441,8 +441,10 @@ def verify_learner_ranks(cfg: Cfg, d: Derived) -> list[str]:
     if size > 1 and cfg.algo in ALGORITHMS:
         from appo.algorithms import algorithm_class
 
-        if algorithm_class(cfg.algo).consumes != "fresh":
-            errors.append(f"{flag}: --algo={cfg.algo} keeps its own replay and trains on one learner rank; use 1")
+        consumes = algorithm_class(cfg.algo).consumes
+        if consumes != "fresh":
+            why = "keeps its own replay" if consumes == "replay" else "takes its meta-step in the driver"
+            errors.append(f"{flag}: --algo={cfg.algo} {why} and trains on one learner rank; use 1")
     if size > d.trajectories_per_iteration:
         errors.append(
             f"{flag}: an iteration has {d.trajectories_per_iteration} trajectories (--batch_size x "

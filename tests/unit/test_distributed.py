@@ -131,6 +131,10 @@ def test_learner_rank_flags_are_checked_in_one_line_each():
     assert lines(learner_world_size=2, algo="sac", batch_size=256) == [
         "--learner_world_size=2: --algo=sac keeps its own replay and trains on one learner rank; use 1"
     ]
+    assert lines(learner_world_size=2, algo="maml_trpo", batch_size=256) == [
+        "--learner_world_size=2: --algo=maml_trpo takes its meta-step in the driver and trains on one learner rank; "
+        "use 1"
+    ]
     assert lines(learner_world_size=2) == []
 
 
