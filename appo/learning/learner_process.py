@@ -9,6 +9,7 @@ raises; a rank waiting outside one watches the others' pids), and the driver sto
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 from pathlib import Path
@@ -205,7 +206,7 @@ def run_learner(
 ) -> None:
     """Process entry point of the learner of policy `policy_id` (rank 0 of its ranks when `link` is given)."""
 
-    def body() -> None:
+    def train() -> None:
         torch.manual_seed(cfg.seed + policy_id)
         ranks = join_group(link, 0, device) if link is not None else None
         learner = Learner(cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control, ranks, link)
@@ -216,7 +217,7 @@ def run_learner(
             log.info("learner %d profile: %s", policy_id, learner.timing.profile())
             leave_group()
 
-    component_main(cfg, f"learner_{policy_id}", queues, body)
+    component_main(cfg, f"learner_{policy_id}", queues, lambda: free_after(train))
 
 
 def run_learner_rank(
@@ -234,7 +235,7 @@ def run_learner_rank(
 ) -> None:
     """Process entry point of learner rank `rank` > 0 of policy `policy_id`."""
 
-    def body() -> None:
+    def train() -> None:
         torch.manual_seed(cfg.seed + policy_id)  # the same stream as rank 0: the same minibatch shuffles
         ranks = join_group(link, rank, device)
         params: Any = Unpublished()
@@ -246,7 +247,17 @@ def run_learner_rank(
             log.info("learner %d rank %d profile: %s", policy_id, rank, learner.timing.profile())
             leave_group()
 
-    component_main(cfg, rank_name(policy_id, rank), queues, body)
+    component_main(cfg, rank_name(policy_id, rank), queues, lambda: free_after(train))
+
+
+def free_after(train: Any) -> None:
+    """Run `train`, then free what its frame held (learner, DDP model, process group and, on rank 0, the group's
+    TCPStore) while the interpreter is still whole: left to interpreter shutdown, gloo's threads sometimes
+    abort the process (SIGABRT, "terminate called without an active exception", seen in CI)."""
+    try:
+        train()
+    finally:
+        gc.collect()
 
 
 def rank_name(policy_id: int, rank: int) -> str:
