@@ -1,5 +1,5 @@
 """Recurrent meta-RL (RL^2) on navigation2d, issue 19's acceptance: the README's command per seed, then what a
-user reads from the run's own deterministic meta-test on the held-out goals.
+user reads from the run's own meta-tests on the held-out goals (sampled and deterministic actions).
 
     python benchmarks/meta_navigation.py --seeds 1 2 3 [--steps 1500000] [--parallel 1] [-- extra flags]
 
@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from appo.plot import load_events  # noqa: E402
+from appo.plot import load_events, scalar_series  # noqa: E402
 
 BEST_EPISODE_AT_LEAST = -16.0
 MARGIN = 0.1
@@ -37,8 +37,11 @@ def adapts(ep0: float, ep1: float) -> bool:
 
 
 def values(acc: object, tag: str) -> tuple[np.ndarray, np.ndarray]:
-    events = acc.Scalars(tag)  # type: ignore[attr-defined]
-    return np.array([e.step for e in events]), np.array([e.value for e in events])
+    """(steps, values) of `tag` (appo.plot's reader; the run must have written it)."""
+    series = scalar_series(acc, tag)  # type: ignore[arg-type]
+    if series is None:
+        raise SystemExit(f"{tag}: not in the run's summaries")
+    return series[0], series[2]
 
 
 def run_seed(train_dir: Path, seed: int, steps: int, extra: list[str]) -> dict[str, object]:
