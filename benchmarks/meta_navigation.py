@@ -1,7 +1,7 @@
 """Recurrent meta-RL (RL^2) on navigation2d, issue 19's acceptance: the README's command per seed, then what a
 user reads from the run's own meta-tests on the held-out goals (sampled and deterministic actions).
 
-    python benchmarks/meta_navigation.py --seeds 1 2 3 [--steps 1500000] [--parallel 1] [-- extra flags]
+    python benchmarks/meta_navigation.py --seeds 1 2 3 [--steps 3000000] [--parallel 1] [-- extra flags]
 
 Prints, per seed and for the meta-test with sampled actions (the policy as it trains) and with deterministic
 ones: the mean over the last 3 meta-tests of episode 0 and 1 of a trial, whether it adapts (the better episode
@@ -74,7 +74,7 @@ def run_seed(train_dir: Path, seed: int, steps: int, extra: list[str]) -> dict[s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--steps", type=int, default=1_500_000)
+    parser.add_argument("--steps", type=int, default=3_000_000)
     parser.add_argument("--parallel", type=int, default=1, help="runs at a time (wall times only valid at 1)")
     parser.add_argument("--train_dir", type=Path, default=None)
     parser.add_argument("extra", nargs="*", help="flags passed to train_appo.py (after --)")
