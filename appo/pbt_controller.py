@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from appo.messages import CopyPolicy, SetHyperparams
 from appo.pbt import Event, Population
 from appo.stats import PolicyStats
 from utils.logging import log
+from utils.paths import write_text_atomic
 
 BEST_POLICY_FILE = "best_policy.json"
 PBT_LOG_FILE = "pbt.jsonl"
@@ -56,10 +56,8 @@ class PbtController:
         """Write the population's state to pbt_state.json atomically (a crash leaves the old or the new file)."""
         if not self.cfg.with_pbt:
             return
-        tmp = self.state_path.with_suffix(".json.tmp")
         try:
-            tmp.write_text(json.dumps(self.population.state_dict()) + "\n")
-            os.replace(tmp, self.state_path)
+            write_text_atomic(self.state_path, json.dumps(self.population.state_dict()) + "\n")
         except OSError as exc:  # losing the schedule on a resume is not worth stopping the training for
             log.warning("PBT: could not write %s (%s)", self.state_path, exc)
             return
@@ -141,9 +139,7 @@ class PbtController:
             "time": time.time(),
         }
         path = self.exp_dir / BEST_POLICY_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def _num(value: float | None) -> float:

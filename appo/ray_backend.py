@@ -411,21 +411,27 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
 def connect(cfg: Cfg) -> bool:
     """Join the cluster at --ray_address, or start a private instance on loopback; returns whether Ray was
     started here (and so is to be stopped at exit)."""
-    if not cfg.ray_address:
+    return connect_ray(cfg.ray_address, cfg.ray_object_store_mb, log_to_driver=cfg.log_level == "debug")
+
+
+def connect_ray(address: str, object_store_mb: int = 0, log_to_driver: bool = False) -> bool:
+    """Join the cluster at `address` (auto, HEAD:6379), or with an empty one start a private instance on
+    loopback with every CPU of this machine; returns whether Ray was started here (stop it at exit)."""
+    if not address:
         # Before Ray is imported: its processes then listen on (and advertise) 127.0.0.1 only, not every
         # interface (ray._private.services.get_node_ip_address; Ray's cluster services trust their network).
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
 
-    # ray.init installs its own SIGTERM handler (it aborts the process); the driver's must stay: it stops every
-    # component in order and saves (appo/runner.py).
+    # ray.init installs its own SIGTERM handler (it aborts the process); the caller's must stay: the driver
+    # stops every component in order and saves (appo/runner.py), a sweep stops its runs.
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    quiet = {"logging_level": "warning", "log_to_driver": cfg.log_level == "debug"}
+    quiet = {"logging_level": "warning", "log_to_driver": log_to_driver}
     try:
-        if cfg.ray_address:
-            ray.init(address=cfg.ray_address, **quiet)
+        if address:
+            ray.init(address=address, **quiet)
             return False
-        extra = {"object_store_memory": cfg.ray_object_store_mb * 2**20} if cfg.ray_object_store_mb > 0 else {}
+        extra = {"object_store_memory": object_store_mb * 2**20} if object_store_mb > 0 else {}
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, **quiet, **extra)
         return True
     finally:

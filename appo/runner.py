@@ -30,7 +30,7 @@ from appo.stats import Stats, SummaryWriters, eval_line
 from appo.wiring import queue_bytes
 from envs import UnknownEnvError, make_run_env, make_task_assigner
 from utils.logging import init_logging, log
-from utils.paths import cfg_path, checkpoint_dir, log_path
+from utils.paths import cfg_path, checkpoint_dir, log_path, write_text_atomic
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -169,7 +169,7 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int]:
     check_checkpoints(cfg, spaces)
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(cfg_path(exp_dir), cfg_to_dict(cfg))
+    write_text_atomic(cfg_path(exp_dir), json.dumps(cfg_to_dict(cfg), indent=2) + "\n")
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "driver"))
     return exp_dir, spaces, derive(cfg), num_tasks
@@ -217,12 +217,6 @@ def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], shm: str = "/dev/shm"
             file=sys.stderr,
         )
         raise SystemExit(2)
-
-
-def _write_json_atomic(path: Any, data: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def run(cfg: Cfg) -> int:

@@ -5,22 +5,28 @@
 
 Each configuration is an ordinary `train_appo.py` run in `train_dir/<name>/<config>/` (the config's flags as its
 experiment name, e.g. `learning_rate=0.001,seed=0`), started as a subprocess with the flags after `--` plus the
-config's. A run that exits 0 gets `sweep_result.json` beside its cfg.json; running the same sweep again skips those
-and starts the others again (each resumes from its own checkpoints). At the end, `results.md` / `results.json`
-hold the final return (the last 100 episodes' average the run reported last) per configuration, mean and std over
-its seeds, and `curves.png` the return against env steps: the mean over seeds with a band from the lowest to the
-highest seed.
+config's. A run that exits 0 gets `sweep_result.json` (its final return and curve) beside its cfg.json; running
+the same sweep again skips those and starts the others again (each resumes from its own checkpoints). At the end,
+`results.md` / `results.json` hold the final return (the last 100 episodes' average the run reported last) per
+configuration, mean and std over its seeds, and `curves.png` the return against env steps: the mean over seeds
+with a band from the lowest to the highest seed.
+
+With `--backend=ray` (and `--ray_address=auto` on a cluster's head; without it a private Ray instance on this
+machine) each configuration is a Ray task that runs on whichever node has `--cpus_per_run` CPUs free, with the
+local backend there (appo/sweep_ray.py); the table and PNG are made here from the curves the tasks send back.
 
 Why not Ray Tune: a trial here is a whole multi-process run (learner, actor workers, shared memory, its own
 checkpoints and resume), which Tune would have to run inside one of its worker processes without seeing the
 resources of its children; what a grid sweep needs on one machine (a bounded pool of subprocesses, skip what is
-done) is a few lines, and it keeps Ray an optional dependency. Runs that should spread over a cluster take
-`--backend=ray --ray_address=auto` among their flags: their actor workers then go to the cluster's nodes.
+done) is a few lines, and Ray tasks (not Tune trials) spread the same runs over a cluster. A single run too big
+for one node is the other way round: `--backend=ray --ray_address=auto` among the runs' flags spreads its actor
+workers over the cluster while the sweep runs locally.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import signal
@@ -33,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from appo.plot import load_events, scalar_series
+from utils.paths import write_text_atomic
 
 RESULT_FILE = "sweep_result.json"
 TAG = "episode/return_mean"
@@ -65,12 +72,48 @@ def final_return(run_dir: Path) -> tuple[float, np.ndarray, np.ndarray]:
     return float(values[-1]), steps, values
 
 
+class LocalRuns:
+    """Runs in flight as subprocesses of this machine."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def start(self, name: str, args: list[str], run_dir: Path, log: Path) -> None:
+        with open(log, "a") as out:
+            # Its own session: a Ctrl-C of the sweep reaches each run once, as the SIGTERM sent by stop().
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, str(ROOT / "train_appo.py"), *args],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def finished(self) -> list[tuple[str, int, dict[str, Any] | None]]:
+        done = [(name, proc.returncode) for name, proc in self.procs.items() if proc.poll() is not None]
+        for name, _status in done:
+            del self.procs[name]
+        return [(name, status, None) for name, status in done]
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.send_signal(signal.SIGTERM)  # each run saves and exits
+
+    def close(self) -> None:
+        pass
+
+
 class Sweep:
-    def __init__(self, name: str, train_dir: Path, grid: dict[str, list[Any]], train_flags: list[str]) -> None:
+    def __init__(
+        self, name: str, train_dir: Path, grid: dict[str, list[Any]], train_flags: list[str], runs: Any = None
+    ) -> None:
         self.dir = train_dir / name
         self.grid, self.train_flags = grid, train_flags
         self.configs = configs(grid)
-        self.running: dict[str, subprocess.Popen] = {}
+        self.runs = runs if runs is not None else LocalRuns()  # LocalRuns or appo.sweep_ray.RayRuns
         self.stopping = False
 
     def is_done(self, config: dict[str, Any]) -> bool:
@@ -79,28 +122,28 @@ class Sweep:
     def start(self, config: dict[str, Any]) -> None:
         name = config_name(config)
         flags = [f"--{k}={v}" for k, v in config.items()]
-        args = [*self.train_flags, f"--train_dir={self.dir}", f"--experiment={name}", *flags]
+        args = [*self.train_flags, f"--train_dir={self.dir.resolve()}", f"--experiment={name}", *flags]
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
-        with open(self.dir / "logs" / f"{name}.txt", "a") as out:
-            # Its own session: a Ctrl-C of the sweep reaches each run once, as the SIGTERM sent below.
-            self.running[name] = subprocess.Popen(
-                [sys.executable, str(ROOT / "train_appo.py"), *args],
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.runs.start(name, args, self.dir / name, self.dir / "logs" / f"{name}.txt")
         say(f"start {name}")
 
-    def on_exit(self, name: str, status: int) -> bool:
+    def on_exit(self, name: str, status: int, remote: dict[str, Any] | None) -> bool:
+        """Record a finished run: its final return and curve (read here, or sent back by its Ray task)."""
         config = next(c for c in self.configs if config_name(c) == name)
         if status != 0:
-            say(f"failed {name}: exit {status} (see {self.dir / 'logs' / (name + '.txt')}; rerun the sweep to resume)")
+            where = (remote or {}).get("error") or f"exit {status}, see {self.dir / 'logs' / (name + '.txt')}"
+            say(f"failed {name}: {where} (rerun the sweep to resume)")
+            if remote and remote.get("log_tail"):
+                print(remote["log_tail"], flush=True)
             return False
-        final, _steps, _values = final_return(self.dir / name)
-        result = {"config": config, "final_return": final}
-        (self.dir / name / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n")
-        say(f"done {name}: final return {final:.1f}")
+        if remote is None:
+            final, steps, values = final_return(self.dir / name)
+            remote = {"final_return": final, "steps": steps.tolist(), "values": values.tolist()}
+        result = {"config": config, **{k: v for k, v in remote.items() if k not in ("status", "log_tail")}}
+        (self.dir / name).mkdir(parents=True, exist_ok=True)  # a Ray task on another node wrote the run there
+        write_text_atomic(self.dir / name / RESULT_FILE, json.dumps(result, indent=2) + "\n")
+        node = f" on node {remote['node'][:12]}" if "node" in remote else ""
+        say(f"done {name}{node}: final return {result['final_return']:.1f}")
         return True
 
     def run(self, max_parallel: int) -> int:
@@ -109,14 +152,12 @@ class Sweep:
         skipped = len(self.configs) - len(todo)
         say(f"sweep {self.dir}: {len(self.configs)} configurations, {skipped} done already, {len(todo)} to run")
         failed = 0
-        while (todo and not self.stopping) or self.running:
-            while todo and not self.stopping and len(self.running) < max_parallel:
+        while (todo and not self.stopping) or len(self.runs):
+            while todo and not self.stopping and len(self.runs) < max_parallel:
                 self.start(todo.pop(0))
             time.sleep(0.2)
-            for name, proc in list(self.running.items()):
-                if proc.poll() is not None:
-                    del self.running[name]
-                    failed += not self.on_exit(name, proc.returncode)
+            for name, status, remote in self.runs.finished():
+                failed += not self.on_exit(name, status, remote)
         return failed + (len(todo) if self.stopping else 0)
 
     def stop(self, signum: int, _frame: Any) -> None:
@@ -124,16 +165,20 @@ class Sweep:
         if self.stopping:
             return
         self.stopping = True
-        say(f"signal {signum}: stopping {len(self.running)} running run(s); rerun the sweep to go on")
-        for proc in self.running.values():
-            proc.send_signal(signal.SIGTERM)
+        say(f"signal {signum}: stopping {len(self.runs)} running run(s); rerun the sweep to go on")
+        self.runs.stop()
+
+    def result(self, config: dict[str, Any]) -> tuple[float, np.ndarray, np.ndarray]:
+        """A finished run's final return and curve, from its result file."""
+        result = json.loads((self.dir / config_name(config) / RESULT_FILE).read_text())
+        return float(result["final_return"]), np.asarray(result["steps"]), np.asarray(result["values"])
 
     def summarise(self) -> list[dict[str, Any]]:
         """results.md, results.json and curves.png over the runs done so far."""
         groups: dict[str, list[tuple[float, np.ndarray, np.ndarray]]] = {}
         for config in self.configs:
             if self.is_done(config):
-                groups.setdefault(group_name(config), []).append(final_return(self.dir / config_name(config)))
+                groups.setdefault(group_name(config), []).append(self.result(config))
         rows = []
         for group, runs in groups.items():
             finals = np.array([r[0] for r in runs])
@@ -188,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_parallel", type=int, default=1, help="runs at a time")
     parser.add_argument("--name", default="sweep", help="the sweep's folder under --train_dir")
     parser.add_argument("--train_dir", type=Path, default=Path("./train_dir"), help="root folder of all runs")
+    parser.add_argument(
+        "--backend", default="local", help="local: subprocesses here; ray: each run a Ray task on a cluster's node"
+    )
+    parser.add_argument("--ray_address", default="", help="--backend=ray: auto or HEAD:6379; empty: a private instance")
+    parser.add_argument("--cpus_per_run", type=float, default=1.0, help="--backend=ray: CPUs each run reserves")
     return parser
 
 
@@ -207,18 +257,37 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, list[Any]], li
         parser.exit(2, f"error: {taken[0]}: the sweep chooses each run's folder; use --train_dir and --name\n")
     if args.max_parallel < 1:
         parser.exit(2, f"error: --max_parallel={args.max_parallel}: must be >= 1\n")
+    if args.backend not in ("local", "ray"):
+        parser.exit(2, f"error: --backend={args.backend}: must be local or ray\n")
+    if args.cpus_per_run <= 0:
+        parser.exit(2, f"error: --cpus_per_run={args.cpus_per_run}: must be > 0\n")
+    if args.backend == "ray":
+        if importlib.util.find_spec("ray") is None:
+            parser.exit(2, "error: --backend=ray: Ray is not installed (pip install -e '.[ray]')\n")
+        runs_ray = [f for f in train_flags if f.split("=")[0] in ("--backend", "--ray_address")]
+        if runs_ray:
+            parser.exit(
+                2, f"error: {runs_ray[0]}: with the sweep's --backend=ray each run is one Ray task on one node\n"
+            )
     return args, grid, train_flags
 
 
 def main(argv: list[str] | None = None) -> int:
     args, grid, train_flags = parse(sys.argv[1:] if argv is None else argv)
-    sweep = Sweep(args.name, args.train_dir, grid, train_flags)
+    if args.backend == "ray":
+        from appo.sweep_ray import RayRuns
+
+        runs: Any = RayRuns(args.ray_address, args.cpus_per_run)
+    else:
+        runs = LocalRuns()
+    sweep = Sweep(args.name, args.train_dir, grid, train_flags, runs)
     previous = {s: signal.signal(s, sweep.stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         failed = sweep.run(args.max_parallel)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        runs.close()
     sweep.summarise()
     if failed:
         say(f"{failed} configuration(s) not done")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -27,3 +28,10 @@ def summaries_dir(exp_dir: Path, policy_id: int) -> Path:
 
 def videos_dir(exp_dir: Path) -> Path:
     return exp_dir / "videos"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename: a crash leaves the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

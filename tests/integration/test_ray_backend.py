@@ -6,26 +6,20 @@ Small object stores, one CPU per actor."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import ROOT, _kill_group
+from tests.support.ray_cluster import needs_ray, ray_processes
 
-# Not imported here: Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER (loopback addresses) when first imported.
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs pip install -e '.[ray]'")
-
-OBJECT_STORE = 100 * 2**20
 CARTPOLE = [
     "--env=CartPole-v1",
     "--backend=ray",
@@ -36,21 +30,6 @@ CARTPOLE = [
     "--ray_object_store_mb=100",
 ]
 ACTOR_LINE = re.compile(r"actor worker (\d+) \(incarnation (\d+)\) on node (\w+), pid (\d+)")
-
-
-@pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple]:
-    """A head (2 CPUs, room for both actors once the other node is gone) and a worker node (1 CPU) on loopback."""
-    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback addresses (read when ray is imported)
-    from ray.cluster_utils import Cluster
-
-    head_args = {"num_cpus": 2, "object_store_memory": OBJECT_STORE, "include_dashboard": False}
-    c = Cluster(initialize_head=True, head_node_args=head_args)
-    try:
-        worker = c.add_node(num_cpus=1, object_store_memory=OBJECT_STORE)
-        yield c, worker
-    finally:
-        c.shutdown()
 
 
 class Run:
@@ -161,20 +140,6 @@ def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
     assert back[0][1] == c.head_node.node_id, f"actor {lost[0]} not back on the head:\n{text[-3000:]}"
     steps, restarts = last_scalar(train_dir / "run" / "summaries" / "0", "stats/worker_restarts")
     assert steps >= 200000 and restarts >= 1, (steps, restarts)
-
-
-def ray_processes() -> set[int]:
-    """Ray's own processes on this machine (GCS, raylet, workers and actors, agents)."""
-    names = ("gcs_server", "raylet", "ray::", "default_worker.py", "dashboard.py", "log_monitor.py", "monitor.py")
-    out = set()
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            cmdline = " ".join(p.info["cmdline"] or [])
-        except psutil.Error:
-            continue
-        if "site-packages/ray" in cmdline or any(cmdline.startswith(n) for n in names):
-            out.add(p.info["pid"])
-    return out
 
 
 @needs_ray

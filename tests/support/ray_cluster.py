@@ -1,0 +1,44 @@
+"""Ray test helpers: a skip mark when Ray is not installed, Ray's own multi-node simulation as a fixture
+(ray.cluster_utils.Cluster: a head and a worker node on loopback), and Ray's processes on this machine."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+# Not imported here: Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER (loopback addresses) when first imported.
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs pip install -e '.[ray]'")
+
+OBJECT_STORE = 100 * 2**20
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple]:
+    """A head (2 CPUs, room for both actors once the other node is gone) and a worker node (1 CPU) on loopback."""
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback addresses (read when ray is imported)
+    from ray.cluster_utils import Cluster
+
+    head_args = {"num_cpus": 2, "object_store_memory": OBJECT_STORE, "include_dashboard": False}
+    c = Cluster(initialize_head=True, head_node_args=head_args)
+    try:
+        worker = c.add_node(num_cpus=1, object_store_memory=OBJECT_STORE)
+        yield c, worker
+    finally:
+        c.shutdown()
+
+
+def ray_processes() -> set[int]:
+    """Ray's own processes on this machine (GCS, raylet, workers and actors, agents)."""
+    names = ("gcs_server", "raylet", "ray::", "default_worker.py", "dashboard.py", "log_monitor.py", "monitor.py")
+    out = set()
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmdline = " ".join(p.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if "site-packages/ray" in cmdline or any(cmdline.startswith(n) for n in names):
+            out.add(p.info["pid"])
+    return out
