@@ -97,16 +97,16 @@ def _kill_group(pgid: int) -> list[str]:
     return names
 
 
+def spawn(argv: list[str]) -> subprocess.Popen:
+    """A command in the project's root, in its own session (killable as a group), stdout and stderr as one text pipe."""
+    return subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
 def run_script(script: str, args: list[str], timeout: float = 150, check: bool = False) -> subprocess.CompletedProcess:
     """Run one of the project's entry points as users do; kills the whole process group on timeout."""
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / script), *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = spawn([sys.executable, str(ROOT / script), *args])
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from appo.checkpoint import list_checkpoints
-from tests.conftest import ROOT, _kill_group, live_children, run_script
+from tests.conftest import _kill_group, live_children, run_script, spawn
 
 FAST = ["--env=CartPole-v1", "--rollout=16", "--batch_size=256", "--num_envs_per_worker=4", "--report_interval=1"]
 TAGS = [
@@ -98,7 +97,7 @@ def _titles(root: psutil.Process) -> set[str]:
 
 def test_process_names_and_ctrl_c(train_dir):
     """Every process names itself; SIGINT stops all of them, saves, and exits 0."""
-    proc = subprocess.Popen(
+    proc = spawn(
         [
             sys.executable,
             "train_appo.py",
@@ -108,12 +107,7 @@ def test_process_names_and_ctrl_c(train_dir):
             "--num_workers=2",
             "--actor_inference=False",  # a policy worker process too
             "--train_for_seconds=120",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+        ]
     )
     try:
         expected = {
