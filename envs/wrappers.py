@@ -4,8 +4,8 @@ A *trial* is what the engine sees as one episode: `episodes_per_trial` episodes 
 task, given by `reset(options={"task": ...})` (in a run: the actor's EnvRunner, from the control channel or
 the env's task assigner) or else drawn from the wrapper's schedule (envs/schedules.py) when the trial
 starts. Inner episode ends inside a trial are hidden from the engine, so the recurrent state is carried
-across them and reset only at trial boundaries (RL^2). The end of a trial is a termination: the task's
-objective has a fixed horizon.
+across them and reset only at trial boundaries (RL^2). A trial ends as its last episode ends: a termination,
+or a truncation at the inner env's time limit.
 
 Observations are augmented by `visibility`:
 - hidden (meta-RL): the previous action, the previous reward and a flag that an inner episode just ended
@@ -91,7 +91,11 @@ class MetaTaskWrapper(gym.Wrapper):
                 trial_over = True
                 self.last_trial_return = sum(self.returns)
                 info["trial"] = {"returns": list(self.returns), "lengths": list(self.lengths), "task": self.task}
-        return self._augment(obs, action, float(reward), inner_done), float(reward), trial_over, False, info
+        # The trial ends as its last episode did: at a time limit it is a truncation, so --value_bootstrap
+        # bootstraps there as for any time limit (a policy that cannot see the clock would otherwise learn the
+        # second episode from returns that shrink to nothing towards the trial's end).
+        ends = (trial_over and terminated, trial_over and not terminated)
+        return self._augment(obs, action, float(reward), inner_done), float(reward), *ends, info
 
 
 def task_bucket(task: Task) -> str:

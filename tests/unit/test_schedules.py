@@ -109,9 +109,9 @@ def test_wrapper_trial_is_one_engine_episode_with_augmented_observations():
         assert obs[4] == pytest.approx(reward)
         ends.append((obs[5], terminated, truncated))
     # Inner episodes of 4 steps: the first ends at step 4 inside the trial (flag, no engine done),
-    # the second at step 8, where the trial (the engine's episode) ends.
+    # the second at step 8, where the trial (the engine's episode) ends: at the inner time limit, so truncated.
     assert [e[0] for e in ends] == [0, 0, 0, 1, 0, 0, 0, 1]
-    assert [e[1] for e in ends] == [False] * 7 + [True] and not any(e[2] for e in ends)
+    assert [e[2] for e in ends] == [False] * 7 + [True] and not any(e[1] for e in ends)
     assert len(info["trial"]["returns"]) == 2 and info["trial"]["lengths"] == [4, 4]
     assert info["trial"]["task"] == task
 
@@ -123,12 +123,24 @@ def test_wrapper_runs_the_task_it_is_given_and_its_schedule_only_without_one():
     env.reset(seed=0, options={"task": train[3]})
     assert env.task == train[3] and env.unwrapped.get_task() == train[3]
     for _ in range(4):
-        _, _, terminated, _, info = env.step(np.zeros(2, np.float32))
-    assert terminated and info["trial"]["task"] == train[3] and len(info["trial"]["returns"]) == 1
+        _, _, terminated, truncated, info = env.step(np.zeros(2, np.float32))
+    assert truncated and not terminated and info["trial"]["task"] == train[3] and len(info["trial"]["returns"]) == 1
     env.reset()  # no task given: the schedule draws, and it was not asked for the given trial
     assert env.task == own.next_task(None)
     with pytest.raises(ValueError, match="needs keys"):
         env.reset(options={"task": {"velocity": 1.0}})
+
+
+def test_a_trial_ends_as_its_last_episode_ends():
+    """Reaching the goal in the last episode terminates the trial; the first episode's end never ends it."""
+    env = _nav(k=2)
+    goal = {"goal_x": 0.05, "goal_y": 0.0}
+    env.reset(seed=0, options={"task": goal})
+    step = np.array([0.5, 0.0], np.float32)  # 0.05 along x: onto the goal in one step
+    first = env.step(step)
+    assert not first[2] and not first[3] and first[0][-1] == 1.0  # the inner episode is over, the trial is not
+    second = env.step(step)
+    assert second[2] and not second[3] and second[4]["trial"]["lengths"] == [1, 1]
 
 
 def test_visible_wrapper_appends_the_task():
