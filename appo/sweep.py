@@ -72,6 +72,20 @@ def final_return(run_dir: Path) -> tuple[float, np.ndarray, np.ndarray]:
     return float(values[-1]), steps, values
 
 
+def start_run(args: list[str], log: Path, preexec_fn: Any = None) -> subprocess.Popen:
+    """train_appo.py with `args`, appending to `log`, in its own session: a Ctrl-C in the sweep's terminal reaches
+    each run once, as the SIGTERM its launcher sends."""
+    with open(log, "a") as out:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "train_appo.py"), *args],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )
+
+
 class LocalRuns:
     """Runs in flight as subprocesses of this machine."""
 
@@ -82,15 +96,7 @@ class LocalRuns:
         return len(self.procs)
 
     def start(self, name: str, args: list[str], run_dir: Path, log: Path) -> None:
-        with open(log, "a") as out:
-            # Its own session: a Ctrl-C of the sweep reaches each run once, as the SIGTERM sent by stop().
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, str(ROOT / "train_appo.py"), *args],
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.procs[name] = start_run(args, log)
 
     def finished(self) -> list[tuple[str, int, dict[str, Any] | None]]:
         done = [(name, proc.returncode) for name, proc in self.procs.items() if proc.poll() is not None]
@@ -171,6 +177,8 @@ class Sweep:
     def result(self, config: dict[str, Any]) -> tuple[float, np.ndarray, np.ndarray]:
         """A finished run's final return and curve, from its result file."""
         result = json.loads((self.dir / config_name(config) / RESULT_FILE).read_text())
+        if "steps" not in result:  # written by a sweep before results held the curve: read it from the run
+            return final_return(self.dir / config_name(config))
         return float(result["final_return"]), np.asarray(result["steps"]), np.asarray(result["values"])
 
     def summarise(self) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import signal
 import subprocess
-import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,37 +30,26 @@ def _die_with_parent() -> None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def run_config(root: str, args: list[str], run_dir: str, log_path: str) -> dict[str, Any]:
-    """The Ray task: one train_appo.py run to its end, then its status, final return and curve."""
+def run_config(args: list[str], run_dir: str, log_path: str) -> dict[str, Any]:
+    """The Ray task: one train_appo.py run (this node's install of the project) to its end, then its status,
+    final return and curve."""
     import ray
 
-    from appo.sweep import final_return
+    from appo.sweep import final_return, start_run
 
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(Path(root) / "train_appo.py"), *args],
-            cwd=root,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a Ctrl-C in the sweep's terminal reaches the run once, as the SIGTERM below
-            preexec_fn=_die_with_parent,
-        )
+    proc = start_run(args, Path(log_path), preexec_fn=_die_with_parent)
+    try:
+        while (status := proc.poll()) is None:
+            time.sleep(0.5)  # ray.cancel's KeyboardInterrupt lands here
+    except BaseException:
+        proc.send_signal(signal.SIGTERM)  # the run saves a checkpoint and exits
         try:
-            while True:  # short waits: ray.cancel's KeyboardInterrupt is raised between them
-                try:
-                    status = proc.wait(timeout=0.5)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        except BaseException:
-            proc.send_signal(signal.SIGTERM)  # the run saves a checkpoint and exits
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            raise
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
     final, steps, values = final_return(Path(run_dir))
     tail = Path(log_path).read_text(errors="replace")[-2000:] if status else ""
     node = ray.get_runtime_context().get_node_id()
@@ -79,13 +68,12 @@ class RayRuns:
         self.started_ray = connect_ray(address)
         self.remote = ray.remote(num_cpus=cpus_per_run, max_retries=2)(run_config)
         self.refs: dict[Any, str] = {}
-        self.root = str(Path(__file__).resolve().parent.parent)
 
     def __len__(self) -> int:
         return len(self.refs)
 
     def start(self, name: str, args: list[str], run_dir: Path, log: Path) -> None:
-        ref = self.remote.remote(self.root, args, str(run_dir.resolve()), str(log.resolve()))
+        ref = self.remote.remote(args, str(run_dir.resolve()), str(log.resolve()))
         self.refs[ref] = name
 
     def finished(self) -> list[tuple[str, int, dict[str, Any] | None]]:
