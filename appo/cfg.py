@@ -91,6 +91,9 @@ class LearningCfg:
     adam_beta1: float = _f(0.9, "Adam beta1")
     adam_beta2: float = _f(0.999, "Adam beta2")
     async_rl: bool = _f(True, "collect while training (off: synchronous PPO, zero policy lag)")
+    collect_ahead: bool = _f(
+        False, "with --async_rl=False: collect the next iteration while the learner trains (policy lag at most 1)"
+    )
     max_policy_lag: int = _f(100, "drop experience more than this many policy versions old")
     num_minibatches_to_accumulate: int = _f(2, "iterations of experience that may wait for the learner")
     learner_world_size: int = _f(1, "data-parallel learner processes per policy (DDP; gloo on CPU, nccl on GPUs)")
@@ -306,6 +309,11 @@ def derive(cfg: Cfg) -> Derived:
         groups = max(math.ceil(samples / steps_per_round), 1)
         samples = groups * steps_per_round
         minibatches = max(round(samples / cfg.batch_size), 1)
+        if cfg.collect_ahead:
+            # A second iteration's groups, filled with the weights being trained on while the learner trains.
+            # The learner releases an iteration's groups only after training on it, so the actors are never
+            # more than one iteration ahead: every sample is trained on at most one version after its own.
+            groups *= 2
     if cfg.num_policies > 1:
         # Envs of one group may run different policies, and a group is refilled only once every learner has
         # released its part. A learner short of a batch can therefore hold as many groups as it has
@@ -313,7 +321,7 @@ def derive(cfg: Cfg) -> Derived:
         # always free (no deadlock). The price is memory, and with --async_rl=False some experience is a
         # version old when trained on.
         needed = max(samples // max(cfg.rollout, 1), 1)
-        accumulate = cfg.num_minibatches_to_accumulate if cfg.async_rl else 1
+        accumulate = cfg.num_minibatches_to_accumulate if cfg.async_rl else 1 + cfg.collect_ahead
         groups = 1 + math.ceil(cfg.num_policies * accumulate * needed / max(num_splits_total, 1))
     return Derived(
         num_envs_total=num_envs_total,

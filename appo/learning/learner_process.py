@@ -63,7 +63,8 @@ class TrainerThread:
                     continue
                 report = learner.train(batch)
                 learner.maybe_save()
-                # Sync mode: slots go back only now, so that every new sample is taken with new weights.
+                # Sync mode: slots go back only now, so that every new sample is taken with new weights (with
+                # --collect_ahead, the next iteration's were filled meanwhile with the weights just trained on).
                 if not learner.cfg.async_rl:
                     learner.batcher.mark_released(batch.releases)
                 self._put([report] + ([] if learner.cfg.async_rl else batch.releases))

@@ -63,6 +63,21 @@ def test_run_leaves_everything_and_resumes(train_dir):
     assert resumed["env_steps"] >= 40000 and resumed["version"] > state["version"]
 
 
+def test_synchronous_lag_is_zero_and_collect_ahead_at_most_one(train_dir):
+    """Synchronous PPO trains every sample with the weights that collected it; with --collect_ahead the actors
+    fill the next iteration while the learner trains, one version behind at most. CartPole's learner is slower
+    than its envs, so the next iteration is always there in time: some samples are exactly one version old."""
+    lags = {}
+    for name, extra in (("sync", []), ("ahead", ["--collect_ahead=True"])):
+        args = [*FAST, f"--train_dir={train_dir}", f"--experiment={name}", "--num_workers=2", "--async_rl=False"]
+        run_script("train_appo.py", [*args, *extra, "--train_for_env_steps=30000"], check=True)
+        acc = scalars(train_dir / name / "summaries" / "0")
+        lags[name] = [e.value for e in acc.Scalars("perf/policy_lag_max")], acc.Scalars("perf/policy_lag_avg")
+    assert lags["sync"][0] and max(lags["sync"][0]) == 0
+    assert lags["ahead"][0] and max(lags["ahead"][0]) == 1
+    assert max(e.value for e in lags["ahead"][1]) > 0
+
+
 def test_serial_mode_trains_and_checkpoints(train_dir):
     run_script(
         "train_appo.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -60,6 +61,10 @@ def test_derived_values_async_and_sync():
     assert (d16.samples_per_iteration, d16.minibatches_per_epoch, d16.slot_groups_per_split) == (8192, 8, 1)
     d_async = derive(Cfg(num_workers=2, num_envs_per_worker=8, rollout=64, batch_size=1024))
     assert d_async.slot_groups_per_split == 1 + 2  # one filling + 2 iterations of 1024 over 1024-step rounds
+    # --collect_ahead: the same iteration, and room for a second one filled while the learner trains.
+    d_ahead = derive(replace(cfg, collect_ahead=True))
+    assert (d_ahead.samples_per_iteration, d_ahead.minibatches_per_epoch) == (d.samples_per_iteration, 4)
+    assert d_ahead.slot_groups_per_split == 2 * d.slot_groups_per_split
 
 
 def test_verify_names_flag_and_valid_values():
