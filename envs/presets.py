@@ -58,6 +58,15 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # Project meta-task families (envs/__init__.py): the MuJoCo ones train like their base robots.
 MUJOCO_PROJECT_ENVS = ("ant_dir", "ant_dir2d", "ant_vel", "ant_goal", "half_cheetah_vel", "half_cheetah_dir")
 
+# The Ant families (issue 20): synchronous PPO made the actors wait while the learner trained, and ant_dir trained at
+# half the speed of raw stepping on 2 cores. With --collect_ahead they fill the next iteration meanwhile (policy lag
+# at most 1, here 0.5 on average), and at 2M env steps (docs/benchmarks.md, session 10) the meta-test is as high or
+# higher in every seed tried, with episode 1 ahead of episode 0: seeds 1, 2 deterministic last 5 167.8 / 184.3 and
+# 200.3 / 215.1 (synchronous, session 9: 183.8 / 181.5, 185.7 / 163.9). Not for half_cheetah_*: its learner is the
+# slower side, every sample would be a version old, and half_cheetah_vel seed 1 ended at -20.4 / -20.8 against
+# -16.4 / -14.1 synchronous.
+ANT_META_PRESET: dict[str, Any] = {"collect_ahead": True}
+
 # navigation2d: 2-float observations, 100-step episodes, microseconds per step: a small, cheap setup.
 NAVIGATION2D_PRESET: dict[str, Any] = {
     "num_envs_per_worker": 16,
@@ -135,7 +144,7 @@ META_PRESET: dict[str, Any] = {
 def env_preset(env_name: str) -> dict[str, Any]:
     """Defaults that suit `env_name` better than the generic ones; empty when there is no preset."""
     if env_name in MUJOCO_PROJECT_ENVS:
-        return MUJOCO_PRESET | META_PRESET
+        return MUJOCO_PRESET | META_PRESET | (ANT_META_PRESET if env_name.startswith("ant_") else {})
     if env_name == "navigation2d":
         return NAVIGATION2D_PRESET | META_PRESET
     base = env_name.split("-")[0]

@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 from appo.cfg import merge_cfg
 from envs import make_env
-from envs.presets import META_PRESET, MUJOCO_PRESET, NAVIGATION2D_PRESET, env_preset
+from envs.presets import ANT_META_PRESET, META_PRESET, MUJOCO_PRESET, NAVIGATION2D_PRESET, env_preset
 from envs.tasks import task_family
 from tests.conftest import ROOT
 
@@ -249,9 +249,13 @@ def test_navigation2d_rejects_rendering() -> None:
 
 def test_presets() -> None:
     for name in MUJOCO_NAMES:  # the MuJoCo settings plus the meta-RL defaults of task families
-        assert env_preset(name) == MUJOCO_PRESET | META_PRESET
+        ant = ANT_META_PRESET if name.startswith("ant_") else {}
+        assert env_preset(name) == MUJOCO_PRESET | META_PRESET | ant
         assert env_preset(name) is not MUJOCO_PRESET
     assert env_preset("navigation2d") == NAVIGATION2D_PRESET | META_PRESET
+    # The Ant families collect the next iteration while the learner trains (issue 20); half_cheetah_* do not.
+    ant_dir, hcvel = merge_cfg({"env": "ant_dir"}, None), merge_cfg({"env": "half_cheetah_vel"}, None)
+    assert (ant_dir.async_rl, ant_dir.collect_ahead, hcvel.async_rl, hcvel.collect_ahead) == (False, True, False, False)
     assert env_preset("HalfCheetah-v5") == MUJOCO_PRESET
     # Robots that fall start with more action noise (issue 18); the rest of the MuJoCo preset is theirs too.
     for name in ("Hopper-v5", "Walker2d-v5"):
