@@ -71,16 +71,20 @@ class TrajectoryReady(NamedTuple):
     first_slot: int
     num_envs: int
     envs: tuple[int, ...] | None = None
+    incarnation: int = 0  # of the actor worker that filled the group: its SlotsReleased echoes it
 
 
 class SlotsReleased(NamedTuple):
     """The learner of `policy_id` has copied (async) or trained on (sync) its part of this slot group; the
-    actor refills the group once every policy's learner has released it."""
+    actor refills the group once every policy's learner has released it. Echoes the incarnation that handed
+    the group over: a restarted actor worker reads its predecessor's inbox and must not take a release meant
+    for a hand-over of the predecessor's as one of its own."""
 
     worker_idx: int
     split_idx: int
     group_idx: int
     policy_id: int = 0
+    incarnation: int = 0
 
 
 class EpisodeReport(NamedTuple):

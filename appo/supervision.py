@@ -4,9 +4,9 @@ replaced, and stop them all.
 - An actor worker killed by a signal (OOM killer, segfault, kill -9), silent for longer than
   `--worker_stuck_timeout` (its heartbeat stamp in shared memory), or without a first heartbeat
   `--worker_start_timeout` seconds after it was started (hung while building its envs) is killed if still
-  there and started again with a new incarnation; the slot groups it was filling are reused, those with the
-  learner come back by SlotsReleased, and replies meant for the old incarnation are ignored. Lost: its
-  unfinished rollouts.
+  there and started again with a new incarnation, reading the same inbox; the slot groups it was filling are
+  reused, those with the learner come back by SlotsReleased, and replies and releases meant for the old
+  incarnation are ignored. Lost: its unfinished rollouts.
 - A policy worker killed by a signal, or silent for longer than `--worker_stuck_timeout` (blocked for good
   inside its request queue when an actor worker was killed in that queue's critical section), is started
   again on a fresh request queue (the old one may block its writers: a reader killed while waiting on a
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appo.processes import start_process
-from appo.wiring import INBOX_SPARES, POLICY_QUEUE_SPARES
+from appo.wiring import POLICY_QUEUE_SPARES
 from utils.logging import log
 
 
@@ -59,9 +59,10 @@ class Supervisor:
         # kind -> shared float64 tensor: wall time of each actor worker's / policy worker's last loop
         self.heartbeats = heartbeats
         self.workers_per_policy = workers_per_policy
-        # Which queue each actor worker and each policy's workers read (see appo/wiring.py).
+        # Each actor worker's current start, and which request queue each policy's workers read (see
+        # appo/wiring.py); None: no limit (an actor worker's inbox cannot be wedged, its successor reads it).
         self.queue_tables = {
-            "actors": (queues.incarnations, INBOX_SPARES),
+            "actors": (queues.incarnations, None),
             "policy_workers": (queues.policy_incarnations, POLICY_QUEUE_SPARES),
         }
         self.stuck_timeout, self.start_timeout = stuck_timeout, start_timeout
@@ -94,7 +95,7 @@ class Supervisor:
                 log.warning("%s %s: starting it again (restart %d)", child.name, why, self.restarts + 1)
                 self.heartbeats[child.kind][self._beat_index(child)] = 0.0  # no verdict until the new one beats
                 table, _ = self.queue_tables[child.kind]
-                table[self._index(child)] += 1  # writers and siblings switch to the fresh queue
+                table[self._index(child)] += 1  # replies to the old start are dropped; siblings switch queues
                 child.restart()
                 self.restarts += 1
             elif stuck or code < 0:
@@ -116,7 +117,7 @@ class Supervisor:
 
     def _has_spare_queue(self, child: Child) -> bool:
         table, spares = self.queue_tables[child.kind]
-        return int(table[self._index(child)]) + 1 < spares
+        return spares is None or int(table[self._index(child)]) + 1 < spares
 
     def _beat_index(self, child: Child) -> int:
         """actor_worker_<w> -> w; policy_worker_<p>_<i> -> p * workers_per_policy + i."""

@@ -1,8 +1,8 @@
 """Every queue of a run, who writes to it and who reads from it: the one place that connects components.
 
     queue                     readers                         writers
-    actor_inboxes[w][k]       actor worker w, incarnation k   policy workers (ActionsReady), learners
-                              (k modulo INBOX_SPARES)          (SlotsReleased), driver (Stop)
+    actor_inboxes[w]          actor worker w (every start)    policy workers (ActionsReady), learners
+                                                              (SlotsReleased), driver (Stop)
     policy_queues[p][k]       policy workers of policy p,     actor workers (InferenceRequest), driver (Stop)
                               its k-th restart (mod spares)
     learner_queues[p]         learner of policy p             actor workers (TrajectoryReady), driver
@@ -12,9 +12,15 @@
     driver_queue              driver                          everyone (reports, errors)
 
 `route` maps each message type to its queue, so components return messages and never hold queues.
-The learner and driver queues, whose readers cannot be replaced while their writers can be killed at any
-moment, are kernel datagram sockets (appo/datagram_queue.py): a writer's death cannot wedge them. The
-others are faster-fifo queues; a worker stuck on one of those is found by its heartbeat and replaced.
+Every queue that the learner or the driver reads or writes is a kernel datagram socket
+(appo/datagram_queue.py), which no process can wedge by dying: those two cannot be replaced, and the
+processes at the other end (actor and policy workers) can be killed at any moment. An actor worker's inbox is
+one of them too: the learner writes SlotsReleased there, and with a faster-fifo inbox a policy worker killed
+inside a put, or the actor worker killed waiting in a get, left a mutex or condition variable that blocked
+the learner's next put for good (the run stalled). A restarted actor worker reads the same inbox; stale
+messages are recognised by the incarnation they carry. The policy workers' request queues are faster-fifo
+(the hot path; only actor and policy workers use them, plus the driver's Stop); a worker stuck on one is
+found by its heartbeat and replaced, with a fresh queue.
 In --serial_mode the same wiring is built from LocalQueue, an in-process stand-in with the same calls.
 """
 
@@ -42,12 +48,11 @@ from appo.messages import (
 )
 
 QUEUE_BYTES = 4 * 1024 * 1024
-INBOX_BYTES = 64 * 1024  # a few ActionsReady / SlotsReleased per split at a time
+INBOX_BYTES = 256 * 1024  # socket buffer of an actor worker's inbox: a few ActionsReady / SlotsReleased per split
 POLICY_QUEUE_BYTES = 1024 * 1024  # at most one InferenceRequest per split waits
-# A restarted actor or policy worker gets a fresh queue to read: a process killed while waiting on a
-# process-shared condition variable can leave it so that the next writer blocks forever (glibc), so the old
-# queue is abandoned. A worker can therefore be restarted at most SPARES - 1 times.
-INBOX_SPARES = 32
+# Restarted policy workers get a fresh request queue: a process killed while waiting on a process-shared
+# condition variable can leave it so that the next writer blocks forever (glibc), so the old queue is
+# abandoned. They can therefore be restarted at most SPARES - 1 times (actor workers: without limit).
 POLICY_QUEUE_SPARES = 16
 
 
@@ -74,7 +79,7 @@ class LocalQueue:
 
 
 class Queues(NamedTuple):
-    actor_inboxes: list[list[Any]]  # [worker][incarnation % INBOX_SPARES]
+    actor_inboxes: list[Any]  # [worker]
     incarnations: Any  # shared int64 [num_workers]: the current start of each actor worker
     policy_queues: list[list[Any]]  # [policy][restarts of its policy workers % POLICY_QUEUE_SPARES]
     policy_incarnations: Any  # shared int64 [num_policies]: which of those queues is current
@@ -84,16 +89,15 @@ class Queues(NamedTuple):
 
 
 def queue_bytes(num_workers: int, num_policies: int) -> int:
-    """Shared memory taken by the queues of `wire` (faster-fifo buffers live in /dev/shm)."""
-    inboxes = num_workers * INBOX_SPARES * INBOX_BYTES
-    return inboxes + num_policies * POLICY_QUEUE_SPARES * POLICY_QUEUE_BYTES + QUEUE_BYTES
+    """Shared memory taken by the queues of `wire` (faster-fifo buffers live in /dev/shm; datagram sockets'
+    in the kernel)."""
+    return num_policies * POLICY_QUEUE_SPARES * POLICY_QUEUE_BYTES + QUEUE_BYTES
 
 
 def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
     """Create every queue of a run (faster-fifo across processes, LocalQueue in serial mode)."""
     import torch
 
-    spares = 1 if local else INBOX_SPARES
     if local:
 
         def make(max_size_bytes: int = 0) -> Any:
@@ -111,7 +115,7 @@ def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
         make_robust = DatagramQueue
 
     return Queues(
-        actor_inboxes=[[make(INBOX_BYTES) for _ in range(spares)] for _ in range(num_workers)],
+        actor_inboxes=[make_robust(INBOX_BYTES) for _ in range(num_workers)],
         incarnations=torch.zeros(num_workers, dtype=torch.int64).share_memory_(),
         policy_queues=[
             [make(POLICY_QUEUE_BYTES) for _ in range(1 if local else POLICY_QUEUE_SPARES)] for _ in range(num_policies)
@@ -124,12 +128,11 @@ def wire(num_workers: int, num_policies: int, local: bool = False) -> Queues:
 
 
 def _reply_inbox(msg: ActionsReady, queues: Queues) -> Any:
-    """The inbox of the incarnation that asked; None (dropped) if it is gone: its inbox may block writers for
-    good (a reader killed waiting on it)."""
+    """The asking actor worker's inbox; None (dropped) if that incarnation is gone (its successor would only
+    drop the reply)."""
     if msg.incarnation != int(queues.incarnations[msg.worker_idx]):
         return None
-    inboxes = queues.actor_inboxes[msg.worker_idx]
-    return inboxes[msg.incarnation % len(inboxes)]
+    return queues.actor_inboxes[msg.worker_idx]
 
 
 def _to_learner(msg: Any, queues: Queues) -> Any:
@@ -178,9 +181,8 @@ def send(msgs: list[Any], queues: Queues) -> None:
 
 
 def actor_inbox(queues: Queues, worker_idx: int) -> Any:
-    """The inbox of the current incarnation of actor worker `worker_idx`."""
-    inboxes = queues.actor_inboxes[worker_idx]
-    return inboxes[int(queues.incarnations[worker_idx]) % len(inboxes)]
+    """The inbox of actor worker `worker_idx` (the same for all its incarnations)."""
+    return queues.actor_inboxes[worker_idx]
 
 
 def policy_queue(queues: Queues, policy_id: int) -> Any:
@@ -191,7 +193,7 @@ def policy_queue(queues: Queues, policy_id: int) -> Any:
 
 def close_all(queues: Queues) -> None:
     for queue in [
-        *[q for inboxes in queues.actor_inboxes for q in inboxes],
+        *queues.actor_inboxes,
         *[q for spares in queues.policy_queues for q in spares],
         *queues.learner_queues,
         queues.eval_queue,

@@ -90,7 +90,9 @@ class Batcher:
             want -= n
             if entry[2] == msg.num_envs:
                 self.pending.popleft()
-                releases.append(SlotsReleased(msg.worker_idx, msg.split_idx, msg.group_idx, msg.policy_id))
+                releases.append(
+                    SlotsReleased(msg.worker_idx, msg.split_idx, msg.group_idx, msg.policy_id, msg.incarnation)
+                )
         self.num_pending -= self.needed
         index = torch.cat(slots)
         T = self.buf["rewards"].shape[1]

@@ -84,7 +84,7 @@ class ActorWorker:
             return self.runners[msg.split_idx].on_actions(msg)
 
     def _on_slots_released(self, msg: SlotsReleased) -> list[Any]:
-        return self.runners[msg.split_idx].on_slots_released(msg.group_idx, msg.policy_id)
+        return self.runners[msg.split_idx].on_slots_released(msg.group_idx, msg.policy_id, msg.incarnation)
 
     def keep_local(self, msgs: list[Any]) -> list[Any]:
         """Hold the InferenceRequests this worker answers itself; returns the messages to send."""

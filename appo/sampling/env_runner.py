@@ -89,6 +89,8 @@ class EnvRunner:
         self.holders: dict[int, set[int]] = {g: self._learners_holding(g) for g in groups}
         self.holders = {g: held for g, held in self.holders.items() if held}
         self.free_groups: deque[int] = deque(g for g in groups if g not in self.holders)
+        # group -> the incarnation that handed it to the learners (groups a predecessor handed over: absent)
+        self.handed_by: dict[int, int] = {}
         self.group = -1
         self.first = -1
         self.t = 0
@@ -316,8 +318,12 @@ class EnvRunner:
             if self.at_learner is not None:
                 self.at_learner[self._group_key(self.group), p] = 1  # ownership moves with the message below
             num = self.num_envs if envs is None else len(envs)
-            ready.append(TrajectoryReady(p, self.worker_idx, self.split_idx, self.group, self.first, num, envs))
+            msg = TrajectoryReady(
+                p, self.worker_idx, self.split_idx, self.group, self.first, num, envs, self.incarnation
+            )
+            ready.append(msg)
         self.holders[self.group] = set(self.policy_envs)
+        self.handed_by[self.group] = self.incarnation
         self.env_policy, self.env_weights = self.next_policy.copy(), self.next_weights.copy()
         return [*ready, *self._start_rollout()]
 
@@ -341,14 +347,17 @@ class EnvRunner:
         self.ep_lengths[i] = 0
         self.episode_count[i] += 1
 
-    def on_slots_released(self, group_idx: int, policy_id: int = 0) -> list[Any]:
+    def on_slots_released(self, group_idx: int, policy_id: int = 0, incarnation: int | None = None) -> list[Any]:
         holders = self.holders.get(group_idx)
         if holders is None:
             return []  # a restarted worker already took it as free
+        if incarnation is not None and self.handed_by.get(group_idx, incarnation) != incarnation:
+            return []  # left in the inbox by a predecessor: this worker has handed the group over since
         holders.discard(policy_id)
         if holders:
             return []  # another policy's learner still holds part of the group
         del self.holders[group_idx]
+        self.handed_by.pop(group_idx, None)
         if group_idx in self.free_groups or (group_idx == self.group and not self.is_parked):
             return []
         self.free_groups.append(group_idx)

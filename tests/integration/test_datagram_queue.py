@@ -1,6 +1,6 @@
-"""The learner's and the driver's queue must survive writers killed at any moment: real processes putting as
-fast as they can, SIGKILLed at random points, again and again; afterwards every delivered message is whole
-and a new writer still gets through."""
+"""The learner's and the driver's queues and the actor workers' inboxes must survive writers and readers killed
+at any moment: real processes putting (or waiting to read) as fast as they can, SIGKILLed at random points,
+again and again; afterwards every delivered message is whole and a new writer still gets through."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import signal
 import time
 
 from appo.datagram_queue import DatagramQueue
-from appo.messages import TrajectoryReady
+from appo.messages import SlotsReleased, TrajectoryReady
 
 
 def writer(q: DatagramQueue, tag: int) -> None:
@@ -77,3 +77,51 @@ def test_writers_killed_mid_put_never_wedge_the_queue():
     for msgs in by_writer.values():
         puts = [m.worker_idx for m in msgs if m.split_idx == 0]
         assert puts == sorted(puts)
+
+
+def reader(q: DatagramQueue) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            q.get_many(timeout=0.05)
+        except queue.Empty:
+            pass
+
+
+def test_readers_killed_while_waiting_never_block_the_writer():
+    """An actor worker's inbox: its reader is killed and replaced (a new incarnation reads the same queue) while
+    the learner, which cannot be replaced, keeps putting. Every put must go through at once. (The same loop on a
+    faster-fifo queue, the inboxes' kind before: the first put after the first reader's kill blocked for good.)"""
+    ctx = mp.get_context("spawn")
+    q = DatagramQueue()
+    rng = random.Random(1)
+    procs = []
+    slowest = 0.0
+    try:
+        for round_ in range(15):
+            p = ctx.Process(target=reader, args=(q,), daemon=True)
+            p.start()
+            procs.append(p)
+            deadline = time.monotonic() + rng.uniform(0.05, 0.2)
+            i = 0
+            while time.monotonic() < deadline:  # the reader waits in get_many most of the time
+                t0 = time.monotonic()
+                q.put(SlotsReleased(round_, 0, i % 4, 0, round_), timeout=5.0)
+                slowest = max(slowest, time.monotonic() - t0)
+                i += 1
+                time.sleep(0.002)
+            p.kill()
+            p.join(5)
+            assert p.exitcode == -signal.SIGKILL
+        # Whatever the dead readers left is there, whole, for the next one.
+        q.put(SlotsReleased(99, 0, 0, 0, 99), timeout=5.0)
+        left: list = []
+        drain(q, left)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        q.close()
+    assert slowest < 1.0, f"a put took {slowest:.2f} s"
+    assert left and left[-1] == SlotsReleased(99, 0, 0, 0, 99) and all(type(m) is SlotsReleased for m in left)

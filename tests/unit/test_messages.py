@@ -17,9 +17,9 @@ from appo.wiring import route, wire
 # the wrong queue, or on none, instead of passing by coincidence. The queues come from wire(3, 2, local=True).
 ROUTES: list[tuple[Any, Callable[[Any], Any]]] = [
     (m.InferenceRequest(1, 2, 1, 8, 4, 3), lambda q: q.policy_queues[1][0]),
-    (m.ActionsReady(2, 1, 8, 3, 0, 1), lambda q: q.actor_inboxes[2][0]),
+    (m.ActionsReady(2, 1, 8, 3, 0, 1), lambda q: q.actor_inboxes[2]),
     (m.TrajectoryReady(1, 2, 0, 1, 16, 4), lambda q: q.learner_queues[1]),
-    (m.SlotsReleased(2, 0, 1, 1), lambda q: q.actor_inboxes[2][0]),
+    (m.SlotsReleased(2, 0, 1, 1), lambda q: q.actor_inboxes[2]),
     (
         m.EpisodeReport(1, 2, [1.5, -2.0], [10, 20], [{"returns": [1.5], "task": {"v": 1.0}}], 0.5),
         lambda q: q.driver_queue,

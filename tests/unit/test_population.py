@@ -189,6 +189,44 @@ def test_full_groups_go_to_each_policys_learner_and_come_back_only_when_all_rele
     assert not runner.is_parked and requests and requests[0].t == 0 and requests[0].first_slot == rollouts[mixed][0]
 
 
+def fill_until_parked(runner: EnvRunner, views, requests, incarnation: int) -> list[TrajectoryReady]:
+    """Answer every request (as a policy worker would) until the split has no free slot group left."""
+    handed: list[TrajectoryReady] = []
+    for _ in range(1000):
+        out = []
+        for r in requests:
+            views["actions"][r.first_slot + np.arange(r.num_envs), r.t] = 1
+            out += runner.on_actions(ActionsReady(0, 0, r.first_slot, r.t, incarnation, r.policy_id))
+        handed += [m for m in out if type(m) is TrajectoryReady]
+        requests = [m for m in out if type(m) is not TrajectoryReady]
+        if runner.is_parked:
+            return handed
+    raise AssertionError("the split never ran out of slot groups")
+
+
+def test_a_restarted_worker_ignores_releases_left_for_its_predecessor():
+    """A restarted actor worker reads its predecessor's inbox (appo/wiring.py). A release the predecessor never
+    read, for a group the successor has since filled and handed over itself, must not free that group while the
+    learner holds it; releases of the successor's own hand-over, and of the predecessor's groups still held at
+    its start, do."""
+    cfg, d, views, control, first = run_split(num_policies=1)
+    handed = fill_until_parked(first, views, first.init(seed=1), incarnation=0)
+    assert len(handed) == d.slot_groups_per_split and all(m.incarnation == 0 for m in handed)
+    released, held = handed[0].group_idx, handed[1].group_idx
+    control["group_at_learner"][first._group_key(released), 0] = 0  # the learner released it; the message is
+    # still in the inbox when the worker dies
+    second = EnvRunner(cfg, d, 0, 0, views, lambda i: gym.make("CartPole-v1"), control, incarnation=1)
+    assert list(second.free_groups) == [released] and held in second.holders
+    again = fill_until_parked(second, views, second.init(seed=2), incarnation=1)
+    assert [m.group_idx for m in again] == [released] and again[0].incarnation == 1
+    assert second.on_slots_released(released, 0, incarnation=0) == [], "a stale release freed a held group"
+    assert second.is_parked and released in second.holders
+    requests = second.on_slots_released(held, 0, incarnation=0)  # the predecessor's hand-over, held at the start
+    assert not second.is_parked and requests and requests[0].first_slot == handed[1].first_slot
+    assert second.on_slots_released(released, 0, incarnation=1) == [] and released not in second.holders
+    assert list(second.free_groups) == [released]
+
+
 def test_a_shared_policy_worker_answers_a_whole_split_with_each_envs_own_policy():
     cfg = split_cfg(3, shared=True)
     d = derive(cfg)

@@ -1,6 +1,7 @@
 """Supervisor restart decisions with real (tiny) spawned processes: an actor worker killed by a signal or silent
-past the heartbeat timeout is started again with the next incarnation and a fresh queue, one that raised or a
-dead learner stops the run, and restarts end when the spare queues do."""
+past the heartbeat timeout is started again with the next incarnation (on the same inbox, as often as it
+dies), a policy worker on a fresh request queue, one that raised or a dead learner stops the run, and policy
+workers' restarts end when the spare queues do."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 
 from appo.processes import spawn_context
 from appo.supervision import Child, Supervisor
-from appo.wiring import INBOX_SPARES
+from appo.wiring import POLICY_QUEUE_SPARES
 from tests.conftest import live_children
 
 # --- targets of the spawned children (module level: spawn pickles them by name) --------------------------------
@@ -37,7 +39,7 @@ def killed_first(incarnation: int, out_dir: str) -> None:
     sleep_forever(incarnation, out_dir)
 
 
-def always_killed(incarnation: int, out_dir: str) -> None:
+def always_killed(incarnation: int, out_dir: str, *heartbeat: Any) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -229,22 +231,27 @@ def test_actor_that_raised_stops_the_run(harness: Harness):
 
 
 @pytest.mark.timeout(60)
-def test_restarts_are_counted_and_end_with_the_spare_queues(harness: Harness):
+def test_policy_worker_restarts_end_with_the_spare_queues_actor_restarts_do_not(harness: Harness):
     h = harness
-    h.queues.incarnations[0] = INBOX_SPARES - 2  # room for one more restart of actor 0
+    h.queues.policy_incarnations[0] = POLICY_QUEUE_SPARES - 2  # room for one more restart of policy 0's workers
+    h.queues.incarnations[0] = 1000  # an actor worker's inbox cannot be wedged: no limit
+    h.add_policy_worker(0, 0, always_killed)
     h.add_actor(0, always_killed)
     h.add_actor(1, killed_first)
-    assert wait_until(lambda: h.exited("actor_worker_0") and h.exited("actor_worker_1")), "actors did not die"
+    dead = ("policy_worker_0_0", "actor_worker_0", "actor_worker_1")
+    assert wait_until(lambda: all(h.exited(name) for name in dead)), "children did not die"
     failures = h.sup.check()
-    assert failures == [] and h.sup.restarts == 2, f"failures {failures}, restarts {h.sup.restarts}"
-    assert h.queues.incarnations.tolist() == [INBOX_SPARES - 1, 1], h.queues.incarnations.tolist()
+    assert failures == [] and h.sup.restarts == 3, f"failures {failures}, restarts {h.sup.restarts}"
+    assert h.queues.incarnations.tolist() == [1001, 1], h.queues.incarnations.tolist()
+    assert h.queues.policy_incarnations.tolist() == [POLICY_QUEUE_SPARES - 1, 0], h.queues.policy_incarnations
 
-    assert wait_until(lambda: h.exited("actor_worker_0"), 20.0), "actor_worker_0's second start did not die"
+    assert wait_until(lambda: h.exited("policy_worker_0_0") and h.exited("actor_worker_0")), "second starts live"
     failures = h.sup.check()
     assert failures == [
-        "actor_worker_0 died (signal 9) and is not restarted (its queue was replaced too often already)"
+        "policy_worker_0_0 died (signal 9) and is not restarted (its queue was replaced too often already)"
     ], failures
-    assert h.sup.restarts == 2, f"restarts {h.sup.restarts}: no restart without a spare queue"
-    assert h.queues.incarnations.tolist() == [INBOX_SPARES - 1, 1], h.queues.incarnations.tolist()
+    assert h.sup.restarts == 4, f"restarts {h.sup.restarts}: the actor again, the policy worker no more"
+    assert h.queues.incarnations.tolist() == [1002, 1], h.queues.incarnations.tolist()
+    assert h.queues.policy_incarnations.tolist() == [POLICY_QUEUE_SPARES - 1, 0], h.queues.policy_incarnations
     assert h.pid_of("actor_worker_1", 1) == h.child("actor_worker_1").process.pid, "actor_worker_1's restart"
     assert h.child("actor_worker_1").process.is_alive(), "actor_worker_1's restart should still run"
