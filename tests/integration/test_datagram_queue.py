@@ -31,6 +31,15 @@ def drain(q: DatagramQueue, into: list) -> None:
             return
 
 
+def close(q: DatagramQueue, procs: list) -> None:
+    """Kill what is still running (a failed assertion leaves no process behind), then close the queue."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+    q.close()
+
+
 def test_writers_killed_mid_put_never_wedge_the_queue():
     ctx = mp.get_context("spawn")
     q = DatagramQueue()
@@ -61,11 +70,7 @@ def test_writers_killed_mid_put_never_wedge_the_queue():
         p.join(5)
         drain(q, got)
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-        q.close()
+        close(q, procs)
     assert any(m.policy_id == 999 for m in first)
     writers_heard = {m.policy_id for m in got}
     assert len(writers_heard) >= 20, f"only {len(writers_heard)} of 25 killed writers got anything through"
@@ -118,10 +123,6 @@ def test_readers_killed_while_waiting_never_block_the_writer():
         left: list = []
         drain(q, left)
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-        q.close()
+        close(q, procs)
     assert slowest < 1.0, f"a put took {slowest:.2f} s"
     assert left and left[-1] == SlotsReleased(99, 0, 0, 0, 99) and all(type(m) is SlotsReleased for m in left)
