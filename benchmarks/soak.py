@@ -1,6 +1,7 @@
 """Soak benchmark: train for `--minutes` while killing a random actor worker or policy worker with SIGKILL
 every `--kill_every` seconds; print the restarts survived, the env steps the run reached, and the resident
-memory (RSS) of every process of the run at the start and at the end (it must stay flat).
+memory (RSS) of every process of the run at the start and at the end (it must stay flat), and the longest
+stretch without progress (from the status lines: a wedged queue shows as a long stall).
 
     python benchmarks/soak.py --minutes=30 --kill_every=60 [extra train_appo flags]
 """
@@ -41,6 +42,23 @@ def rss_mb(procs: dict[str, psutil.Process]) -> dict[str, float]:
         except psutil.Error:
             pass
     return out
+
+
+def longest_stall(log: str) -> float:
+    """Seconds of the longest stretch between two status lines whose env step counts went up (the last
+    stretch counts too: a run wedged at its end)."""
+    points = []
+    for hms, steps in re.findall(r"^\[(\d\d:\d\d:\d\d)\]\[driver\] INFO steps (\d+)", log, flags=re.M):
+        h, m, sec = (int(x) for x in hms.split(":"))
+        points.append((h * 3600 + m * 60 + sec, int(steps)))
+    if not points:
+        return 0.0
+    longest, last_t, last_steps = 0.0, points[0][0], points[0][1]
+    for t, steps in points[1:]:
+        longest = max(longest, (t - last_t) % 86400)  # a stall in progress, or the stretch to this progress
+        if steps > last_steps:
+            last_t, last_steps = t, steps
+    return longest
 
 
 def main() -> int:
@@ -88,6 +106,7 @@ def main() -> int:
     print("RSS MB at start:", {k: round(v) for k, v in sorted(start_rss.items())})
     print("RSS MB before the last kill:", {k: round(v) for k, v in sorted(last_rss.items())})
     print("log lines with ERROR:", len(re.findall(r"\] ERROR", log)))
+    print(f"longest stretch without progress: {longest_stall(log):.0f} s (status lines every 10 s)")
     return proc.returncode
 
 
