@@ -130,8 +130,8 @@ def table(results: list[Result], env_steps: int) -> str:
     lines = [
         f"Final training return (last 100 episodes) at {env_steps:,} env steps, over seeds.",
         "",
-        "| env | seeds | mean | std | min | median | steps reached | wall per run (s) | CleanRL PPO at 1M |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| env | seeds | mean | std | min | median | steps reached | wall per run (s) | CleanRL PPO at 1M | by seed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for env in dict.fromkeys(r.run.env for r in results):
         mine = [r for r in results if r.run.env == env]
@@ -147,7 +147,8 @@ def table(results: list[Result], env_steps: int) -> str:
         else:
             cells = ["-"] * 6
         seeds = ", ".join(str(r.run.seed) for r in good) + (f" ({'; '.join(failed)})" if failed else "")
-        lines.append(f"| {env} | {seeds} | " + " | ".join(cells) + f" | {reference(env)} |")
+        by_seed = " / ".join(f"{r.final:,.0f}" for r in good)
+        lines.append(f"| {env} | {seeds} | " + " | ".join(cells) + f" | {reference(env)} | {by_seed} |")
     return "\n".join(lines) + "\n"
 
 
@@ -162,12 +163,13 @@ def plot_env(env: str, results: list[Result], out: Path) -> None:
     fig = Figure(figsize=(7.0, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    grid = np.linspace(0, min(float(r.steps[-1]) for r in curves), 200)
-    on_grid = np.stack([np.interp(grid, r.steps, r.values, left=np.nan) for r in curves])
+    # Where every seed has a value: from the latest first summary to the earliest last one.
+    grid = np.linspace(max(float(r.steps[0]) for r in curves), min(float(r.steps[-1]) for r in curves), 200)
+    on_grid = np.stack([np.interp(grid, r.steps, r.values) for r in curves])
     for r in curves:
         ax.plot(r.steps, r.values, linewidth=0.7, alpha=0.6, label=f"seed {r.run.seed}")
-    ax.fill_between(grid, np.nanmin(on_grid, axis=0), np.nanmax(on_grid, axis=0), alpha=0.2, label="min-max")
-    ax.plot(grid, np.nanmean(on_grid, axis=0), linewidth=2.0, color="black", label="mean")
+    ax.fill_between(grid, on_grid.min(axis=0), on_grid.max(axis=0), alpha=0.2, label="min-max")
+    ax.plot(grid, on_grid.mean(axis=0), linewidth=2.0, color="black", label="mean")
     ax.set_title(env)
     ax.set_xlabel("env steps")
     ax.set_ylabel(f"{TAG} (last 100 episodes)")

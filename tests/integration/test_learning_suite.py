@@ -29,6 +29,7 @@ def test_suite_table_and_curves_come_from_the_runs(tmp_path):
     assert cells[1] == "0, 1"
     assert float(cells[2].replace(",", "")) == round(sum(finals) / 2)
     assert float(cells[4].replace(",", "")) == round(min(finals))
+    assert [float(v.replace(",", "")) for v in cells[9].split(" / ")] == [round(f) for f in finals]  # by seed
     assert (out / "CartPole-v1.png").stat().st_size > 1000
 
 
