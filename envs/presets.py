@@ -47,11 +47,22 @@ MUJOCO_PRESET: dict[str, Any] = {
 # Per-robot changes to the MuJoCo preset, each resting on measured runs (issue 18, docs/benchmarks.md: 1M env
 # steps, 2 workers, 2 cores). Hopper and Walker2d end their episodes when the robot falls: with the preset's small
 # initial noise they settled on a stable hop or shuffle (Hopper-v5 seed 0: 1,092; Walker2d-v5 seed 0: 1,506);
-# started at std 1 they found a gait (Hopper 2,394 and 2,017 on seeds 0 and 1; Walker2d 2,159 on seed 0). Ten
-# epochs instead of two at std 0.37 gave Hopper 1,382 (1,561 at learning rate 1e-3): noise, not epochs.
+# started at std 1 they found a gait, but the preset's large steps (2 epochs of 4 x 1024 at 2.95e-3) left some
+# seeds on a plateau (Hopper seeds 0-2: 2,394 / 2,017 / 1,211; Walker2d 2,159 / 2,048). Smaller, more numerous
+# steps (10 epochs of 16 x 256 at 1e-3, the same 4,096 samples per iteration) learn steadily: Hopper seeds 0-5
+# 3,042 / 1,646 / 2,479 / 2,741 / 2,966 / 3,009 (median 2,853; CleanRL's PPO 2,383 +- 272), Walker2d seeds 0-2
+# 1,589 / 3,652 / 4,037 (CleanRL 2,288 +- 572). At 3e-4 they were too slow (Hopper 2,229 / 1,799 / 1,653, still
+# rising at 1M).
+FALLING_ROBOT_PRESET: dict[str, Any] = {
+    "initial_log_std": 0.0,
+    "learning_rate": 0.001,
+    "num_epochs": 10,
+    "batch_size": 256,
+    "num_batches_per_epoch": 16,
+}
 MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
-    "Hopper": {"initial_log_std": 0.0},
-    "Walker2d": {"initial_log_std": 0.0},
+    "Hopper": FALLING_ROBOT_PRESET,
+    "Walker2d": FALLING_ROBOT_PRESET,
 }
 
 

@@ -13,7 +13,14 @@ from gymnasium.utils.env_checker import check_env
 
 from appo.cfg import merge_cfg
 from envs import make_env
-from envs.presets import ANT_META_PRESET, META_PRESET, MUJOCO_PRESET, NAVIGATION2D_PRESET, env_preset
+from envs.presets import (
+    ANT_META_PRESET,
+    FALLING_ROBOT_PRESET,
+    META_PRESET,
+    MUJOCO_PRESET,
+    NAVIGATION2D_PRESET,
+    env_preset,
+)
 from envs.tasks import task_family
 from tests.conftest import ROOT
 
@@ -257,10 +264,16 @@ def test_presets() -> None:
     ant_dir, hcvel = merge_cfg({"env": "ant_dir"}, None), merge_cfg({"env": "half_cheetah_vel"}, None)
     assert (ant_dir.async_rl, ant_dir.collect_ahead, hcvel.async_rl, hcvel.collect_ahead) == (False, True, False, False)
     assert env_preset("HalfCheetah-v5") == MUJOCO_PRESET
-    # Robots that fall start with more action noise (issue 18); the rest of the MuJoCo preset is theirs too.
+    # Robots that fall start with more action noise and take smaller, more numerous steps (issue 18); the rest of
+    # the MuJoCo preset is theirs too.
     for name in ("Hopper-v5", "Walker2d-v5"):
-        assert env_preset(name) == MUJOCO_PRESET | {"initial_log_std": 0.0}
-        assert merge_cfg({"env": name}, None).initial_log_std == 0.0
+        assert env_preset(name) == MUJOCO_PRESET | FALLING_ROBOT_PRESET
+        cfg = merge_cfg({"env": name}, None)
+        assert (cfg.initial_log_std, cfg.num_epochs, cfg.batch_size, cfg.learning_rate) == (0.0, 10, 256, 0.001)
+        assert (
+            cfg.batch_size * cfg.num_batches_per_epoch
+            == MUJOCO_PRESET["batch_size"] * MUJOCO_PRESET["num_batches_per_epoch"]
+        )
     assert merge_cfg({"env": "HalfCheetah-v5"}, None).initial_log_std == MUJOCO_PRESET["initial_log_std"]
     cfg = merge_cfg({"env": "navigation2d"}, None)  # every preset key is a cfg key
     assert cfg.rollout == NAVIGATION2D_PRESET["rollout"] and cfg.learning_rate == NAVIGATION2D_PRESET["learning_rate"]
