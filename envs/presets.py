@@ -50,9 +50,9 @@ MUJOCO_PRESET: dict[str, Any] = {
 # started at std 1 they found a gait, but the preset's large steps (2 epochs of 4 x 1024 at 2.95e-3) left some
 # seeds on a plateau (Hopper seeds 0-2: 2,394 / 2,017 / 1,211; Walker2d 2,159 / 2,048). Smaller, more numerous
 # steps (10 epochs of 16 x 256 at 1e-3, the same 4,096 samples per iteration) learn steadily: Hopper seeds 0-5
-# 3,042 / 1,646 / 2,479 / 2,741 / 2,966 / 3,009 (median 2,853; CleanRL's PPO 2,383 +- 272), Walker2d seeds 0-2
-# 1,589 / 3,652 / 4,037 (CleanRL 2,288 +- 572). At 3e-4 they were too slow (Hopper 2,229 / 1,799 / 1,653, still
-# rising at 1M).
+# 3,042 / 1,646 / 2,479 / 2,741 / 2,966 / 3,009 (median 2,853; CleanRL's PPO 2,383 +- 272), Walker2d seeds 0-5
+# 1,589 / 3,652 / 4,037 / 3,082 / 3,850 / 3,496 (median 3,574; CleanRL 2,288 +- 572). At 3e-4 they were too
+# slow (Hopper 2,229 / 1,799 / 1,653, still rising at 1M).
 FALLING_ROBOT_PRESET: dict[str, Any] = {
     "initial_log_std": 0.0,
     "learning_rate": 0.001,
