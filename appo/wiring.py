@@ -12,15 +12,16 @@
     driver_queue              driver                          everyone (reports, errors)
 
 `route` maps each message type to its queue, so components return messages and never hold queues.
-Every queue that the learner or the driver reads or writes is a kernel datagram socket
-(appo/datagram_queue.py), which no process can wedge by dying: those two cannot be replaced, and the
-processes at the other end (actor and policy workers) can be killed at any moment. An actor worker's inbox is
-one of them too: the learner writes SlotsReleased there, and with a faster-fifo inbox a policy worker killed
-inside a put, or the actor worker killed waiting in a get, left a mutex or condition variable that blocked
-the learner's next put for good (the run stalled). A restarted actor worker reads the same inbox; stale
-messages are recognised by the incarnation they carry. The policy workers' request queues are faster-fifo
-(the hot path; only actor and policy workers use them, plus the driver's Stop); a worker stuck on one is
-found by its heartbeat and replaced, with a fresh queue.
+The learner and the driver cannot be replaced, so the queues where they meet actor and policy workers (which
+can be killed at any moment) are kernel datagram sockets (appo/datagram_queue.py), which no process can wedge
+by dying: the learner queues, the driver queue and the actor workers' inboxes. The learner writes
+SlotsReleased into the inboxes, and with faster-fifo inboxes a policy worker killed inside a put, or the actor
+worker killed waiting in a get, left a mutex or condition variable that blocked the learner's next put for
+good (the run stalled). A restarted actor worker reads the same inbox; stale messages are recognised by the
+incarnation they carry. The policy workers' request queues (the hot path between actor and policy workers;
+the driver only puts Stop there at the end) and the evaluator's queue (driver to evaluator, neither of them
+replaceable) are faster-fifo; a policy worker stuck on its queue is found by its heartbeat and replaced, with
+a fresh queue.
 In --serial_mode the same wiring is built from LocalQueue, an in-process stand-in with the same calls.
 """
 
