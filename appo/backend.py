@@ -86,6 +86,8 @@ class LocalBackend:
         self.queues: Queues = wire(cfg.num_workers, cfg.num_policies)
         self.sup: Supervisor | None = None
         self.links: list[Any] = []  # per policy, with several learner ranks: what its ranks share
+        # Where an off-policy learner's replay lives when not in the learner (Ray replay shards: appo/ray_backend.py)
+        self.replay_location: Any = None
 
     @property
     def restarts(self) -> int:
@@ -148,7 +150,7 @@ class LocalBackend:
         common = (self.cfg, self.derived, p)
         args = (*common, self.buffers, self.params[p], self.spaces, ckpt_dir, devices[0], self.control, self.queues)
         assert self.sup is not None
-        self.sup.add("learners", rank_name(p, 0), run_learner, lambda _inc, a=(*args, link): a)
+        self.sup.add("learners", rank_name(p, 0), run_learner, lambda _inc, a=(*args, link, self.replay_location): a)
         for rank in range(1, len(devices)):
             args = (*common, rank, self.buffers, self.spaces, ckpt_dir, devices[rank], self.control, self.queues, link)
             self.sup.add("learners", rank_name(p, rank), run_learner_rank, lambda _inc, a=args: a)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,12 +55,15 @@ class RayActorWorker:
     """Actor worker `worker_idx` inside a Ray actor. Ray constructs it again after a crash (max_restarts) from
     the same arguments; the driver then calls `start` again."""
 
-    def __init__(self, cfg: Cfg, derived: Derived, worker_idx: int, spaces: tuple[Any, Any]) -> None:
+    def __init__(
+        self, cfg: Cfg, derived: Derived, worker_idx: int, spaces: tuple[Any, Any], replay_shards: list | None = None
+    ) -> None:
         from appo.processes import limit_threads
 
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         self._limits = limit_threads(1)  # one thread per actor, as in a local actor worker
         self.cfg, self.derived, self.worker_idx, self.spaces = cfg, derived, worker_idx, spaces
+        self.replay_shards = replay_shards  # SAC's replay actors: full groups' transitions go there
         self.worker: Any = None
 
     def start(self, incarnation: int, group_at_learner: np.ndarray, weights: dict[int, tuple[int, Any]]) -> dict:
@@ -86,6 +90,12 @@ class RayActorWorker:
         self.buffers = {k: v.numpy() for k, v in buffers.items()}
         self.envs = slice(w * cfg.num_envs_per_worker, (w + 1) * cfg.num_envs_per_worker)  # its rows of the channel
         self.outbox = self.worker.keep_local(self.worker.init())
+        if self.replay_shards:
+            from appo.algorithms import algorithm_class
+            from appo.learning.replay_service import ShardPusher
+
+            self.pusher = ShardPusher(self.replay_shards, w)
+            self.replay_rows = algorithm_class(cfg.algo).replay_rows
         context = ray.get_runtime_context()
         return {"node_id": context.get_node_id(), "pid": os.getpid(), "incarnation": incarnation}
 
@@ -129,15 +139,27 @@ class RayActorWorker:
         n = self.derived.envs_per_split
         for msg in ready:
             if msg.first_slot not in groups:
-                groups[msg.first_slot] = {
-                    k: v[msg.first_slot : msg.first_slot + n].copy() for k, v in self.buffers.items()
-                }
+                rows = slice(msg.first_slot, msg.first_slot + n)
+                if self.replay_shards:  # transitions to a replay shard; to the driver, what the learner counts
+                    self._push(msg)
+                    groups[msg.first_slot] = {"policy_versions": self.buffers["policy_versions"][rows].copy()}
+                else:
+                    groups[msg.first_slot] = {k: v[rows].copy() for k, v in self.buffers.items()}
         return {
             "ready": ready,
             "groups": groups,
             "reports": worker.reports(),
             "parked": not worker.pending,
         }
+
+    def _push(self, msg: TrajectoryReady) -> None:
+        """The transitions of the trajectories `msg` hands over, to the next replay shard (one call)."""
+        envs = range(msg.num_envs) if msg.envs is None else msg.envs
+        slots = torch.tensor([msg.first_slot + e for e in envs], dtype=torch.int64)
+        names = ("obs", "actions", "rewards", "dones", "truncated", "final_obs")
+        trajectories = {k: torch.from_numpy(self.buffers[k])[slots] for k in names}
+        rows = self.replay_rows(trajectories, self.template)
+        self.pusher.push({k: v.numpy() for k, v in rows.items()})
 
 
 def private_trajectories(
@@ -181,16 +203,39 @@ class RayBackend(LocalBackend):
         self.ray_restarts = 0
         self.failures: list[str] = []
         self.np_buffers = {k: v.numpy() for k, v in self.buffers.items()}  # the run's shared trajectory table
+        self.shards: list[Any] = []  # SAC's replay actors (appo/learning/replay_service.py)
 
     @property
     def restarts(self) -> int:
         return super().restarts + self.ray_restarts
 
     # --- start ----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Join (or start) Ray before anything else: an off-policy learner's replay shards must exist before the
+        learner that samples them starts."""
+        import ray
+
+        self.started_ray = connect(self.cfg, namespace=f"appo_{socket.gethostname()}_{os.getpid()}")
+        if self.uses_replay_shards():
+            from appo.learning.replay_service import ReplayLocation, create_shards, shard_names
+
+            obs_space, action_space = self.spaces
+            self.shards = create_shards(self.cfg, tuple(obs_space.shape), int(np.prod(action_space.shape)))
+            context = ray.get_runtime_context()
+            self.replay_location = ReplayLocation(
+                context.gcs_address, context.namespace, shard_names(self.cfg.num_replay_shards)
+            )
+            log.info("ray: the replay in %d shard(s) of %d transitions", len(self.shards), self.cfg.replay_size)
+        super().start()
+
+    def uses_replay_shards(self) -> bool:
+        from appo.algorithms import algorithm_class
+
+        return algorithm_class(self.cfg.algo).replay_shards and self.cfg.num_replay_shards > 0
+
     def start_actor_workers(self) -> None:
         import ray
 
-        self.started_ray = connect(self.cfg)
         nodes = [n for n in ray.nodes() if n["Alive"]]
         log.info(
             "ray: %s, %d node(s), %g CPUs; actor workers on any node (%g CPU each)",
@@ -206,7 +251,7 @@ class RayBackend(LocalBackend):
             scheduling_strategy="SPREAD",
         )
         for w in self.topology.actors:
-            handle = remote.remote(self.cfg, self.derived, w, self.spaces)
+            handle = remote.remote(self.cfg, self.derived, w, self.spaces, self.shards or None)
             state = ActorState(handle, versions=[-1] * self.cfg.num_policies)
             self.actors.append(state)
             self._start(w, state)
@@ -374,8 +419,14 @@ class RayBackend(LocalBackend):
         itself, when this run started it."""
         try:
             self.kill_actors()
-            super().stop(driver)
+            super().stop(driver)  # the learners' final checkpoints (with --save_replay, the shards' rows)
+            if self.shards:
+                from appo.learning.replay_service import shard_report
+
+                for line in shard_report(self.shards):
+                    log.info("%s", line)
         finally:
+            self.kill_shards()
             self.disconnect()
 
     def kill_actors(self) -> None:
@@ -388,9 +439,20 @@ class RayBackend(LocalBackend):
                 log.warning("could not kill an actor: %s", exc)
         self.actors = []
 
+    def kill_shards(self) -> None:
+        import ray
+
+        for shard in self.shards:
+            try:
+                ray.kill(shard, no_restart=True)
+            except Exception as exc:  # already gone with its node
+                log.warning("could not kill a replay shard: %s", exc)
+        self.shards = []
+
     def kill_all(self) -> None:
         try:
             self.kill_actors()
+            self.kill_shards()
         finally:
             super().kill_all()
             self.disconnect()
@@ -408,15 +470,18 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
     return (lines[0] if lines else "")[:limit]
 
 
-def connect(cfg: Cfg) -> bool:
+def connect(cfg: Cfg, namespace: str | None = None) -> bool:
     """Join the cluster at --ray_address, or start a private instance on loopback; returns whether Ray was
     started here (and so is to be stopped at exit)."""
-    return connect_ray(cfg.ray_address, cfg.ray_object_store_mb, log_to_driver=cfg.log_level == "debug")
+    return connect_ray(cfg.ray_address, cfg.ray_object_store_mb, cfg.log_level == "debug", namespace)
 
 
-def connect_ray(address: str, object_store_mb: int = 0, log_to_driver: bool = False) -> bool:
+def connect_ray(
+    address: str, object_store_mb: int = 0, log_to_driver: bool = False, namespace: str | None = None
+) -> bool:
     """Join the cluster at `address` (auto, HEAD:6379), or with an empty one start a private instance on
-    loopback with every CPU of this machine; returns whether Ray was started here (stop it at exit)."""
+    loopback with every CPU of this machine; returns whether Ray was started here (stop it at exit). Named
+    actors are found within `namespace` (None: Ray's anonymous namespace of this job)."""
     if not address:
         # Before Ray is imported: its processes then listen on (and advertise) 127.0.0.1 only, not every
         # interface (ray._private.services.get_node_ip_address; Ray's cluster services trust their network).
@@ -426,7 +491,7 @@ def connect_ray(address: str, object_store_mb: int = 0, log_to_driver: bool = Fa
     # ray.init installs its own SIGTERM handler (it aborts the process); the caller's must stay: the driver
     # stops every component in order and saves (appo/runner.py), a sweep stops its runs.
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    quiet = {"logging_level": "warning", "log_to_driver": log_to_driver}
+    quiet = {"logging_level": "warning", "log_to_driver": log_to_driver, "namespace": namespace}
     try:
         if address:
             ray.init(address=address, **quiet)

@@ -15,6 +15,9 @@ What an algorithm declares, and who reads it:
 - `state_dict()` / `load_state_dict()`: what it needs in a checkpoint besides the model (optimizer state...).
 - `replay_state()` / `load_replay_state()`: an off-policy algorithm's replay, saved by the core beside the
   checkpoints when the algorithm returns one (SAC's --save_replay), loaded on resume.
+- `replay_shards`: True when its replay is a transition ring that may live in Ray replay actors instead of the
+  learner (--backend=ray, --num_replay_shards; appo/learning/replay_service.py): then the core sets `replay` to the
+  shards' client, and rollout actors fill it with `replay_rows(trajectories, model)`. SAC.
 - `publish`: set by the core; an algorithm that does many updates per iteration (SAC) calls it to hand the
   actors its newest weights between them. The core publishes after every `update` anyway.
 - its flags and PBT ranges: in its registry entry (appo/algorithms/__init__.py).
@@ -91,6 +94,7 @@ class Algorithm:
 
     model_kind: ClassVar[str] = "actor_critic"
     consumes: ClassVar[str] = "fresh"
+    replay_shards: ClassVar[bool] = False
 
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         self.cfg, self.derived, self.model, self.device, self.guard = cfg, derived, model, device, guard

@@ -42,6 +42,7 @@ def alpha_loss(log_alpha: Tensor, log_probs: Tensor, target_entropy: float) -> T
 class SAC(Algorithm):
     model_kind = "squashed_gaussian"
     consumes = "replay"
+    replay_shards = True  # on Ray its replay can live in replay actors (appo/learning/replay_service.py)
 
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         super().__init__(cfg, derived, model, device, guard)
@@ -67,6 +68,14 @@ class SAC(Algorithm):
     def trajectory_fields(cls, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
         """The observation an episode ended on (bootstrapping a time limit needs it; obs[t + 1] is a reset)."""
         return {"final_obs": None}  # appo/buffers.py actor_fields gives its shape
+
+    @staticmethod
+    def replay_rows(trajectories: dict[str, Tensor], actor: nn.Module) -> dict[str, Tensor]:
+        """Trajectories [N, T(+1), ...] -> the replay's N * T transitions, actions in [-1, 1]: what the learner
+        appends here, and what a rollout actor sends to a replay shard on Ray (appo/learning/replay_service.py)."""
+        rows = transitions(trajectories)
+        rows["actions"] = actor.to_unit(rows["actions"])
+        return rows
 
     def set_cfg(self, cfg: Cfg) -> None:
         super().set_cfg(cfg)
@@ -111,11 +120,14 @@ class SAC(Algorithm):
 
     # --- one iteration ------------------------------------------------------------------------------
     def update(self, batch: dict[str, Tensor], env_steps: int) -> dict[str, float]:
-        """Append the batch's transitions to the replay, then do the updates owed so far."""
-        rows = transitions(batch)
-        rows["actions"] = self.actor.to_unit(rows["actions"])
-        self.replay.add(rows)
-        self.env_steps += len(rows["rewards"])
+        """Append the batch's transitions to the replay, then do the updates owed so far. With replay shards
+        (--backend=ray) the rollout actors have sent the transitions there: the batch only counts the env steps."""
+        if getattr(self.replay, "fed_by_actors", False):
+            self.env_steps += batch["rewards"].numel()
+        else:
+            rows = self.replay_rows(batch, self.actor)
+            self.replay.add(rows)
+            self.env_steps += len(rows["rewards"])
         owed = self.updates_owed()
         sums: dict[str, float] = {}
         done = 0

@@ -27,6 +27,11 @@ class SacCfg:
     actor_mlp_layers: list[int] = flag([256, 256], "SAC: hidden sizes of the actor (relu)")
     critic_mlp_layers: list[int] = flag([256, 256], "SAC: hidden sizes of each critic (relu)")
     save_replay: bool = flag(False, "SAC: save the replay (atomically) beside each checkpoint, and load it on resume")
+    num_replay_shards: int = flag(
+        1,
+        "SAC with --backend=ray: replay actors, each holding --replay_size / N transitions, filled by the rollout "
+        "actors and sampled by the learner (prefetched); 0: the learner keeps the replay, fed through the driver",
+    )
 
 
 # Shared flags whose default differs for SAC: applied above env presets (which are tuned for PPO), below a saved
@@ -58,6 +63,8 @@ def verify_sac(c: Any) -> list[str]:
     ]
     if c.learning_starts < 0:
         errors.append(f"--learning_starts={c.learning_starts}: must be >= 0")
+    if c.num_replay_shards < 0:
+        errors.append(f"--num_replay_shards={c.num_replay_shards}: must be >= 0 (0: the replay stays in the learner)")
     if not 0.0 < c.tau <= 1.0:
         errors.append(f"--tau={c.tau}: must be in (0, 1]")
     if c.target_entropy != "auto":

@@ -56,6 +56,7 @@ class Learner:
         control: dict[str, torch.Tensor] | None = None,
         ranks: Ranks | None = None,
         link: RankLink | None = None,
+        replay_location: Any = None,
     ) -> None:
         self.cfg, self.derived, self.policy_id, self.params = cfg, derived, policy_id, params
         self.ckpt_dir, self.device = ckpt_dir, device
@@ -70,6 +71,11 @@ class Learner:
         self.guard = NonFiniteGuard(policy_id, ranks=self.ranks)
         self.algorithm: Algorithm = algo_cls(cfg, derived, self.model, device, self.guard)
         self.algorithm.control = control
+        if replay_location is not None and algo_cls.replay_shards:
+            # --backend=ray: the replay lives in Ray actors that rollout actors fill (appo/learning/replay_service.py)
+            from appo.learning.replay_service import ShardedReplay
+
+            self.algorithm.replay = ShardedReplay(replay_location, cfg.replay_size, device)  # type: ignore[attr-defined]
         # This policy's own values of the hyperparameters PBT may change; self.cfg always carries them.
         self.hparams: dict[str, float] = {}
         self.set_hparams(initial_hparams(cfg) | policy_hparams(cfg).get(policy_id, {}))

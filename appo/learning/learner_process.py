@@ -204,19 +204,24 @@ def run_learner(
     control: dict[str, torch.Tensor],
     queues: Queues,
     link: RankLink | None = None,
+    replay_location: Any = None,
 ) -> None:
-    """Process entry point of the learner of policy `policy_id` (rank 0 of its ranks when `link` is given)."""
+    """Process entry point of the learner of policy `policy_id` (rank 0 of its ranks when `link` is given; with
+    `replay_location`, its replay is in Ray replay shards: appo/learning/replay_service.py)."""
 
     def train() -> None:
         torch.manual_seed(cfg.seed + policy_id)
         ranks = join_group(link, 0, device) if link is not None else None
-        learner = Learner(cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control, ranks, link)
+        args = (cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control, ranks, link)
+        learner = Learner(*args, replay_location=replay_location)
         try:
             learner.init()
             learner_loop(learner, queues, link)
         finally:
             log.info("learner %d profile: %s", policy_id, learner.timing.profile())
             leave_group()
+            if replay_location is not None:
+                disconnect_ray()
 
     component_main(cfg, f"learner_{policy_id}", queues, lambda: free_after(train))
 
@@ -249,6 +254,14 @@ def run_learner_rank(
             leave_group()
 
     component_main(cfg, rank_name(policy_id, rank), queues, lambda: free_after(train))
+
+
+def disconnect_ray() -> None:
+    """Leave the Ray cluster this process joined as a client (the driver stops Ray itself)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def free_after(train: Any) -> None:
