@@ -98,6 +98,9 @@ class LearningCfg:
     num_minibatches_to_accumulate: int = _f(2, "iterations of experience that may wait for the learner")
     learner_world_size: int = _f(1, "data-parallel learner processes per policy (DDP; gloo on CPU, nccl on GPUs)")
     learner_devices: str = _f("", "device of each learner rank, comma-separated (cuda:0,cuda:0); empty: one each")
+    learner_threads: int = _f(
+        1, "torch threads of each learner process; more only where the learner is the bottleneck and cores idle (SAC)"
+    )
 
 
 @dataclass
@@ -444,6 +447,8 @@ def verify_learner_ranks(cfg: Cfg, d: Derived) -> list[str]:
     if size < 1:
         return [f"{flag}: must be >= 1"]
     errors = []
+    if cfg.learner_threads < 1:
+        errors.append(f"--learner_threads={cfg.learner_threads}: must be >= 1")
     if size > 1 and cfg.serial_mode:
         errors.append(f"{flag}: --serial_mode runs one learner in the driver process; use 1")
     if size > 1 and cfg.algo in ALGORITHMS:

@@ -25,7 +25,7 @@ from appo.learning.learner import Learner
 from appo.learning.param_sync import ParamStore
 from appo.learning.shards import take_shard
 from appo.messages import ShardReady, Stop
-from appo.processes import component_main
+from appo.processes import component_main, limit_threads
 from appo.wiring import Queues, send
 from utils.logging import log
 
@@ -211,6 +211,7 @@ def run_learner(
 
     def train() -> None:
         torch.manual_seed(cfg.seed + policy_id)
+        _threads = limit_threads(cfg.learner_threads)  # noqa: F841 - held for the process's life
         ranks = join_group(link, 0, device) if link is not None else None
         args = (cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control, ranks, link)
         learner = Learner(*args, replay_location=replay_location)
@@ -243,6 +244,7 @@ def run_learner_rank(
 
     def train() -> None:
         torch.manual_seed(cfg.seed + policy_id)  # the same stream as rank 0: the same minibatch shuffles
+        _threads = limit_threads(cfg.learner_threads)  # noqa: F841 - held for the process's life
         ranks = join_group(link, rank, device)
         params: Any = Unpublished()
         learner = Learner(cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control, ranks)
