@@ -4,9 +4,9 @@ implementations).
 
 Its input is the observation as the actor workers store it: the env's state followed by the scaled command
 (envs/reward_conditioning.py CommandObservation appends it, so the learner trains on exactly the input the policy
-acted on, relabelled). state -> Linear -> sigmoid, command -> Linear -> sigmoid, their product (the command gates
-the state's features) -> relu MLP (--command_mlp_layers after the first) -> a categorical head (Discrete actions)
-or a Gaussian's mean with a state-independent log-std (Box actions).
+acted on, relabelled). state -> Linear -> sigmoid or tanh (--command_state_activation), command -> Linear ->
+sigmoid, their product (the command gates the state's features) -> relu MLP (--command_mlp_layers after the first)
+-> a categorical head (Discrete actions) or a Gaussian's mean with a state-independent log-std (Box actions).
 
 Until the learner's first gradient step (`updates == 0`, a buffer published with the weights) `act` draws
 uniformly random actions: UDRL's warm-up episodes, decided by the weights the actors hold. `command` (a buffer,
@@ -44,6 +44,7 @@ class CommandPolicy(nn.Module):
         self.state_dims = int(obs_space.shape[0]) - self.command_dims
         self.is_discrete = isinstance(action_space, gym.spaces.Discrete)
         width, *rest = cfg.command_mlp_layers
+        self.state_activation = torch.tanh if cfg.command_state_activation == "tanh" else torch.sigmoid
         self.state_layer = nn.Linear(self.state_dims, width)
         self.command_layer = nn.Linear(self.command_dims, width)
         self.trunk, size = _mlp(width, rest, "relu")
@@ -63,7 +64,7 @@ class CommandPolicy(nn.Module):
         """Policy parameters [B, P] (logits, or Gaussian means) of obs [B, state + command dims]."""
         obs = obs.float()
         state, command = obs[:, : self.state_dims], obs[:, self.state_dims :]
-        x = torch.sigmoid(self.state_layer(state)) * torch.sigmoid(self.command_layer(command))
+        x = self.state_activation(self.state_layer(state)) * torch.sigmoid(self.command_layer(command))
         return self.head(self.trunk(x))
 
     def distribution(self, obs: Tensor) -> Categorical | DiagGaussian:

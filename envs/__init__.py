@@ -109,7 +109,9 @@ def _reward_conditioning(cfg: Any, env: gym.Env) -> gym.Env:
     if getattr(cfg, "sparse_reward", False):
         env = SparseReward(env)
     if command_dims(cfg):
-        env = CommandObservation(env, cfg.command_scale, follow=cfg.algo == "udrl")
+        udrl = cfg.algo == "udrl"
+        cap = cfg.max_command_return if udrl else float("inf")
+        env = CommandObservation(env, cfg.command_scale, follow=udrl, cap=cap)
     return env
 
 

@@ -8,9 +8,9 @@ observation, so the policy acting in an actor worker and the learner reading the
 The command of an episode is given at its start as `reset(options={"command": [R, H]})` (in a run: the actor's
 EnvRunner, from the control channel's command table, appo/control.py), else it is the wrapper's default
 (`set_default_command`: enjoy.py's --command_return/--command_horizon). During the episode it follows what was
-achieved: return-to-go -= reward, horizon -= 1 (never below 1); for RCP (`follow=False`) it stays as given: the
-desired discounted return of the whole episode (RCP-R) or the desired advantage (RCP-A). The wrapper chooses
-nothing: it keeps the command it is given up to date.
+achieved: return-to-go -= reward (at most --max_command_return), horizon -= 1 (never below 1); for RCP
+(`follow=False`) it stays as given: the desired discounted return of the whole episode (RCP-R) or the desired
+advantage (RCP-A). The wrapper chooses nothing: it keeps the command it is given up to date.
 """
 
 from __future__ import annotations
@@ -45,11 +45,17 @@ class CommandObservation(gym.Wrapper):
     """obs -> concat(obs, command * scale); the command is (return-to-go[, horizon]), updated every step."""
 
     def __init__(
-        self, env: gym.Env, scale: list[float], default: list[float] | None = None, follow: bool = True
+        self,
+        env: gym.Env,
+        scale: list[float],
+        default: list[float] | None = None,
+        follow: bool = True,
+        cap: float = np.inf,
     ) -> None:
-        """`follow`: the command follows what is achieved (UDRL); else it stays as given for the episode (RCP)."""
+        """`follow`: the command follows what is achieved (UDRL); else it stays as given for the episode (RCP).
+        `cap`: the most return-to-go a followed command asks for (after losses it would grow past what was asked)."""
         super().__init__(env)
-        self.follow = follow
+        self.follow, self.cap = follow, cap
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ValueError(f"reward-conditioned policies need a flat Box observation space, not {space}")
@@ -83,7 +89,7 @@ class CommandObservation(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         if not self.follow:
             return self._obs(obs), reward, terminated, truncated, info
-        self.command[0] -= float(reward)
+        self.command[0] = min(self.command[0] - float(reward), self.cap)
         if len(self.command) > 1:
             self.command[1] = max(self.command[1] - 1.0, 1.0)
         return self._obs(obs), reward, terminated, truncated, info

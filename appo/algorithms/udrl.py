@@ -124,12 +124,17 @@ class BestEpisodes:
             }
         return self._flat
 
-    def sample(self, n: int) -> dict[str, Tensor]:
-        """n samples: an episode uniformly, then a step of it uniformly (torch's global generator)."""
+    def sample(self, n: int, unit: str = "episode") -> dict[str, Tensor]:
+        """n samples (torch's global generator): an episode uniformly, then a step of it uniformly (`unit` episode,
+        as in the UDRL paper), or a step uniformly among all the buffer's steps (`unit` step: long episodes weigh
+        in proportion to their length, as in the open LunarLander implementation's sorted transition buffer)."""
         flat = self.flat()
-        episode = torch.randint(len(self.episodes), (n,))
-        lengths = flat["lengths"][episode]
-        index = flat["offsets"][episode] + (torch.rand(n) * lengths).long().clamp(max=lengths - 1)
+        if unit == "step":
+            index = torch.randint(len(flat["states"]), (n,))
+        else:
+            episode = torch.randint(len(self.episodes), (n,))
+            lengths = flat["lengths"][episode]
+            index = flat["offsets"][episode] + (torch.rand(n) * lengths).long().clamp(max=lengths - 1)
         return {key: flat[key][index] for key in ("states", "actions", "return_to_go", "horizon")}
 
     def state_dict(self) -> dict[str, Any]:
@@ -242,7 +247,7 @@ class UDRL(Algorithm):
         scale = torch.tensor(cfg.command_scale, dtype=torch.float32)
         losses = []
         for _ in range(cfg.udrl_updates_per_iteration):
-            b = self.buffer.sample(cfg.batch_size)
+            b = self.buffer.sample(cfg.batch_size, cfg.udrl_sample_unit)
             commands = torch.stack([b["return_to_go"], b["horizon"]], dim=-1).float() * scale
             inputs = torch.cat([b["states"], commands], dim=-1).to(self.device)
             actions = b["actions"].to(self.device)

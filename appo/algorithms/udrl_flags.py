@@ -23,7 +23,13 @@ class UdrlCfg:
     command_mlp_layers: list[int] = flag(
         [128, 128, 128], "UDRL/RCP: width of the gated state x command layer, then the relu layers after it"
     )
+    command_state_activation: str = flag(
+        "sigmoid", "UDRL/RCP: activation of the state's layer before the command's sigmoid gates it: sigmoid or tanh"
+    )
     udrl_buffer_episodes: int = flag(500, "UDRL: whole episodes kept in the replay, the best by return")
+    udrl_sample_unit: str = flag(
+        "episode", "UDRL: training samples drawn uniformly over episodes then steps (episode) or over all steps (step)"
+    )
     udrl_last_few: int = flag(75, "UDRL: best episodes the exploration command is computed from")
     max_command_return: float = flag(320.0, "UDRL: cap of the exploration command's desired return")
     udrl_warmup_episodes: int = flag(50, "UDRL/RCP: episodes of uniform random actions before the first update")
@@ -62,6 +68,8 @@ def verify_udrl(c: Any) -> list[str]:
     ]
     if not math.isfinite(c.max_command_return):
         errors.append(f"--max_command_return={c.max_command_return}: must be a finite number (any sign)")
+    if c.udrl_sample_unit not in ("episode", "step"):
+        errors.append(f"--udrl_sample_unit={c.udrl_sample_unit}: must be episode or step")
     if c.udrl_last_few > c.udrl_buffer_episodes:
         errors.append(f"--udrl_last_few={c.udrl_last_few}: must be <= --udrl_buffer_episodes={c.udrl_buffer_episodes}")
     return errors + verify_command_policy(c)
@@ -77,6 +85,8 @@ def verify_command_policy(c: Any) -> list[str]:
     for name in ("udrl_warmup_episodes", "udrl_eval_every"):
         if getattr(c, name) < 0:
             errors.append(f"--{name}={getattr(c, name)}: must be >= 0")
+    if c.command_state_activation not in ("sigmoid", "tanh"):
+        errors.append(f"--command_state_activation={c.command_state_activation}: must be sigmoid or tanh")
     dims = command_dims(c)
     if len(c.command_scale) != dims or min(c.command_scale) <= 0:
         errors.append(f"--command_scale={c.command_scale}: must be {dims} numbers > 0 for --algo={c.algo}")
