@@ -49,7 +49,11 @@ class Batcher:
         device: str,
         group_at_learner: torch.Tensor | None = None,
         groups_per_worker_split: tuple[int, int] = (1, 1),
+        rounds_per_split: int | None = None,
     ) -> None:
+        """`rounds_per_split`: synchronous PPO's iteration is that many groups of every split, each split's in the
+        order it filled them, not the first groups to arrive (see `take_slots`); None: arrival order."""
+        self.rounds = rounds_per_split
         self.buf = buffers
         self.at_learner = group_at_learner
         self.num_splits, self.groups_per_split = groups_per_worker_split
@@ -68,7 +72,20 @@ class Batcher:
         self.num_pending += msg.num_envs
 
     def is_ready(self) -> bool:
-        return self.num_pending >= self.needed
+        if self.rounds is None:
+            return self.num_pending >= self.needed
+        return sum(self._per_split(self.rounds).values()) >= self.needed
+
+    def _per_split(self, limit: int) -> dict[tuple[int, int], int]:
+        """Trajectories pending per split, counting at most `limit` messages of each."""
+        counts: dict[tuple[int, int], int] = {}
+        messages: dict[tuple[int, int], int] = {}
+        for msg, _, _ in self.pending:
+            key = (msg.worker_idx, msg.split_idx)
+            if messages.get(key, 0) < limit:
+                messages[key] = messages.get(key, 0) + 1
+                counts[key] = counts.get(key, 0) + msg.num_envs
+        return counts
 
     def take(self, version: int, max_policy_lag: int) -> Batch:
         """Copy the next `trajectories_per_batch` trajectories out of shared memory."""
@@ -78,6 +95,8 @@ class Batcher:
     def take_slots(self, version: int, max_policy_lag: int) -> Taken:
         """The slots of the next `trajectories_per_batch` trajectories, less those older than `max_policy_lag`
         versions, without copying them (several learner ranks each copy their own: appo/learning/shards.py)."""
+        if self.rounds is not None:
+            return self._take_rounds(version, max_policy_lag)
         slots: list[torch.Tensor] = []
         releases: list[SlotsReleased] = []
         want = self.needed
@@ -94,7 +113,36 @@ class Batcher:
                     SlotsReleased(msg.worker_idx, msg.split_idx, msg.group_idx, msg.policy_id, msg.incarnation)
                 )
         self.num_pending -= self.needed
+        return self._taken(torch.cat(slots), releases, version, max_policy_lag)
+
+    def _take_rounds(self, version: int, max_policy_lag: int) -> Taken:
+        """Synchronous PPO: the first `rounds` groups of every split. With --collect_ahead a split holds twice that,
+        and a fast split can fill its next iteration's groups before a slow one fills this iteration's; taken in
+        arrival order, an iteration could then hold two rounds of the fast split, and the slow split's groups,
+        left for the next iteration, would be trained two versions after the weights that collected them. A
+        split starts its groups of iteration k only once its groups of k - 2 are released, after training, so
+        taking each split's groups in its own order keeps every sample within one version."""
+        taken: dict[tuple[int, int], int] = {}
+        slots, releases, rest = [], [], deque()
+        for entry in self.pending:
+            msg, msg_slots, _ = entry
+            key = (msg.worker_idx, msg.split_idx)
+            if taken.get(key, 0) < self.rounds:
+                taken[key] = taken.get(key, 0) + 1
+                slots.append(msg_slots)
+                releases.append(
+                    SlotsReleased(msg.worker_idx, msg.split_idx, msg.group_idx, msg.policy_id, msg.incarnation)
+                )
+            else:
+                rest.append(entry)
+        self.pending = rest
         index = torch.cat(slots)
+        self.num_pending -= len(index)
+        return self._taken(index, releases, version, max_policy_lag)
+
+    def _taken(self, index: torch.Tensor, releases: list[SlotsReleased], version: int, max_policy_lag: int) -> Taken:
+        """The batch of trajectories in slots `index`, less those older than `max_policy_lag` versions."""
+        n = len(index)
         T = self.buf["rewards"].shape[1]
         versions = self.buf["policy_versions"][index]
         lag = version - versions
@@ -102,7 +150,7 @@ class Batcher:
         if not bool(keep.all()):
             index, lag = index[keep], lag[keep]
         dropped = int((~keep).sum())
-        return Taken(index, self.needed * T, dropped, lag.flatten(), releases)
+        return Taken(index, n * T, dropped, lag.flatten(), releases)
 
     def copy(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
         """The trajectories in slots `index` [n], every field of the spec table (appo/buffers.py), the

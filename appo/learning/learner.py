@@ -85,12 +85,16 @@ class Learner:
         # "replay": every trajectory, one at a time as it arrives, however old (the algorithm keeps a replay).
         self.is_off_policy = algo_cls.consumes == "replay"
         self.algorithm.publish = self.publish
+        # Synchronous PPO with one policy: an iteration is the same number of groups from every split (appo/learning/
+        # batcher.py _take_rounds), which with --collect_ahead keeps every sample within one version.
+        synchronous = not (self.is_off_policy or cfg.async_rl or cfg.num_policies > 1)
         self.batcher = Batcher(
             buffers,
             1 if self.is_off_policy else derived.trajectories_per_iteration,
             device,
             control["group_at_learner"] if control is not None else None,
             (cfg.worker_num_splits, derived.slot_groups_per_split),
+            derived.slot_groups_per_split // (1 + cfg.collect_ahead) if synchronous else None,
         )
         self.version = 0
         self.env_steps = 0

@@ -1,6 +1,7 @@
 """Batcher: trajectories leave the shared slots in the arrival order of TrajectoryReady (a group may straddle
 two batches and is released only once fully copied), stale ones are dropped by policy lag, released groups are
-cleared in the group_at_learner control tensor, and `envs` messages take exactly their slots."""
+cleared in the group_at_learner control tensor, and `envs` messages take exactly their slots; synchronous PPO's
+iterations take the same number of groups from every split, in each split's order."""
 
 from __future__ import annotations
 
@@ -241,3 +242,39 @@ def test_envs_messages_take_exactly_their_slots(per_batch: int):
     assert batch_slots(batch1) == slots(mixed1), f"policy 1 took {batch_slots(batch1)}"
     p1.mark_released(batch1.releases)
     assert s.at_learner.sum() == 0, f"cells still held: {s.at_learner.nonzero().tolist()}"
+
+
+def test_synchronous_iterations_take_the_same_rounds_from_every_split_in_fill_order():
+    """--collect_ahead: 2 workers x 2 splits, one round per iteration, two groups per split. Worker 0 fills both its
+    groups (this iteration's and the next) before worker 1 fills any: the iteration must wait for worker 1's first
+    round and take worker 0's first groups only; taken in arrival order it would hold both of worker 0's rounds and
+    leave worker 1's first round, collected with the same weights, to be trained a version later still."""
+    cfg = Cfg(num_workers=2, num_envs_per_worker=6, worker_num_splits=2, rollout=T, batch_size=12 * T)
+    cfg.async_rl, cfg.collect_ahead = False, True
+    d = derive(cfg)
+    assert d.slot_groups_per_split == 2 and d.trajectories_per_iteration == 12, d
+    s = Setup(cfg, d, allocate_trajectories(cfg, d, OBS, ACT), allocate_control(cfg, d)["group_at_learner"])
+    for slot in range(d.num_slots):
+        s.buffers["rewards"][slot] = slot
+    batcher = Batcher(s.buffers, 12, "cpu", s.at_learner, (2, 2), rounds_per_split=1)
+    fast = [ready(s, 0, split, group) for group in (0, 1) for split in (0, 1)]
+    slow = [ready(s, 1, split, 0) for split in (0, 1)]
+    for msg in fast:
+        batcher.add(msg)
+    assert not batcher.is_ready()  # 12 trajectories from worker 0 alone are not an iteration
+    for msg in slow:
+        batcher.add(msg)
+    assert batcher.is_ready()
+    batch = batcher.take(VERSION, 100)
+    first_round = [m for m in fast if m.group_idx == 0] + slow
+    assert sorted(batch.tensors["rewards"][:, 0].long().tolist()) == sorted(x for m in first_round for x in slots(m))
+    assert sorted((r.worker_idx, r.split_idx, r.group_idx) for r in batch.releases) == sorted(
+        (m.worker_idx, m.split_idx, m.group_idx) for m in first_round
+    )
+    assert not batcher.is_ready()  # worker 0's second round waits for worker 1's
+    for msg in (ready(s, 1, split, 1) for split in (0, 1)):
+        batcher.add(msg)
+    second = batcher.take(VERSION, 100)
+    assert {int(x) // d.envs_per_split for x in second.tensors["rewards"][:, 0]} == {
+        group_index(cfg, d, w, split, 1) for w in (0, 1) for split in (0, 1)
+    }
