@@ -30,6 +30,7 @@ RCP_R_DEFAULTS = {
     "num_batches_per_epoch": 1,
     "num_epochs": 1,
     "command_mlp_layers": [64, 64],
+    "command_state_activation": "sigmoid",  # the network RCP was built and run with; not measured against tanh
     "command_scale": [0.025],
 }
 RCP_A_DEFAULTS = RCP_R_DEFAULTS | {"command_scale": [0.1]}
