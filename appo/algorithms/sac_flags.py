@@ -35,8 +35,20 @@ class SacCfg:
 
 
 # Shared flags whose default differs for SAC: applied above env presets (which are tuned for PPO), below a saved
-# cfg.json and typed flags (appo/cfg.py merge_cfg). batch_size is SAC's minibatch; gradients are not clipped.
-SAC_DEFAULTS = {"batch_size": 256, "max_grad_norm": 0.0, "async_rl": True, "num_batches_per_epoch": 1, "num_epochs": 1}
+# cfg.json and typed flags (appo/cfg.py merge_cfg). batch_size is SAC's minibatch; gradients are not clipped. Short
+# rollouts from few envs, with one iteration's room to accumulate: the actors, throttled to the learner's update
+# rate, run about 400 env steps ahead of it (PPO's defaults let them run 2,000-4,000 ahead: transitions entering the
+# replay from a policy that many updates old).
+SAC_DEFAULTS = {
+    "batch_size": 256,
+    "max_grad_norm": 0.0,
+    "async_rl": True,
+    "num_batches_per_epoch": 1,
+    "num_epochs": 1,
+    "rollout": 16,
+    "num_envs_per_worker": 4,
+    "num_minibatches_to_accumulate": 1,
+}
 
 # SAC refuses --with_pbt (verify_sac), so there is nothing for PBT to perturb.
 SAC_PBT_RANGES: dict[str, tuple[float, float, str]] = {}
