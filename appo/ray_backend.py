@@ -18,6 +18,9 @@ The transport of docs/architecture.md's seams, with arrays instead of slot indic
   next call when its version is behind, and fetches the object itself (once per node, shared there).
   control channel: the rows of the driver's assignments and commands tables that name the actor's envs travel
   with every call (a few numbers per env), so learners' and the driver's choices reach the actors as locally.
+  replay shards (SAC, --num_replay_shards): Ray actors the driver creates first; an actor sends each full group's
+  transitions to one of them and only the group's policy versions to the driver; the learner samples them as a
+  Ray client (appo/learning/replay_service.py).
 
 Faults: actors are created with max_restarts=--ray_max_restarts; a call that fails because its actor died (killed,
 or its node lost) makes the driver start the new incarnation (`start` again: envs rebuilt, the newest weights,
