@@ -38,7 +38,8 @@ class SacCfg:
 # cfg.json and typed flags (appo/cfg.py merge_cfg). batch_size is SAC's minibatch; gradients are not clipped. Short
 # rollouts from few envs, with one iteration's room to accumulate: the actors, throttled to the learner's update
 # rate, run about 400 env steps ahead of it (PPO's defaults let them run 2,000-4,000 ahead: transitions entering the
-# replay from a policy that many updates old).
+# replay from a policy that many updates old). The learner, SAC's bottleneck, trains on two torch threads: on
+# LunarLanderContinuous-v3 with 2 workers on 2 cores, 103-108 updates/s against 72-85 on one (session 13).
 SAC_DEFAULTS = {
     "batch_size": 256,
     "max_grad_norm": 0.0,
@@ -48,6 +49,7 @@ SAC_DEFAULTS = {
     "rollout": 16,
     "num_envs_per_worker": 4,
     "num_minibatches_to_accumulate": 1,
+    "learner_threads": 2,
 }
 
 # SAC refuses --with_pbt (verify_sac), so there is nothing for PBT to perturb.
