@@ -24,9 +24,10 @@ The transport of docs/architecture.md's seams, with arrays instead of slot indic
 
 Faults: actors are created with max_restarts=--ray_max_restarts; a call that fails because its actor died (killed,
 or its node lost) makes the driver start the new incarnation (`start` again: envs rebuilt, the newest weights,
-the groups its learners still hold), counted in stats/worker_restarts. Ray places the new incarnation on any
-node with a free CPU. A call that does not return within --worker_stuck_timeout (a hung env) gets its actor
-killed and restarted the same way. An exception inside an actor fails the run, as a local worker's does.
+the groups its learners still hold), counted in stats/worker_restarts; so does a call that Ray, having queued it
+before the death, runs on the new incarnation before its `start` (it answers "restarted"). Ray places the new
+incarnation on any node with a free CPU. A call that does not return within --worker_stuck_timeout (a hung env)
+gets its actor killed and restarted the same way. An exception inside an actor fails the run, as a local worker's does.
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ class RayActorWorker:
         returns the full groups' rows of every trajectory field, their TrajectoryReady messages and the
         episode reports due."""
         worker = self.worker
+        if worker is None:  # Ray restarted this actor and ran a call queued for the dead one: the driver starts it
+            return {"restarted": True}
         self.control["assignments"][self.envs] = torch.from_numpy(assignments)
         self.control["commands"][self.envs] = torch.from_numpy(commands)
         self._load_weights(weights)
@@ -369,6 +372,9 @@ class RayBackend(LocalBackend):
                 result["node_id"],
                 result["pid"],
             )
+            return []
+        if result.get("restarted"):  # it died and Ray brought it back before its calls' failures reached us
+            self._restart(w, state, "died (Ray brought it back first)")
             return []
         state.is_parked = result["parked"] and not state.releases
         self._deliver(result)

@@ -175,19 +175,19 @@ def test_env_failing_every_step_fails_the_run_clearly(train_dir):
 
 
 @pytest.mark.parametrize(
-    ("env", "timeout_flag", "replaced"),
+    ("env", "timeout_flag", "replaced", "seconds"),
     [
         # Hangs in step after 200 steps: the heartbeat goes stale.
-        ("HangOnceEnv", "--worker_stuck_timeout=4", r"silent for over 4 s"),
+        ("HangOnceEnv", "--worker_stuck_timeout=4", r"silent for over 4 s", 22),
         # Hangs while an actor builds it: no first heartbeat ever.
-        ("HangAtStartOnceEnv", "--worker_start_timeout=15", r"without a heartbeat \d+ s after its start \S+"),
+        ("HangAtStartOnceEnv", "--worker_start_timeout=15", r"without a heartbeat \d+ s after its start \S+", 28),
     ],
     ids=["in_step", "at_start"],
 )
-def test_hanging_env_worker_is_replaced(train_dir, tmp_path, env, timeout_flag, replaced):
+def test_hanging_env_worker_is_replaced(train_dir, tmp_path, env, timeout_flag, replaced, seconds):
     flag = tmp_path / "hung"
     args = [f"--env=tests.support.faulty_envs:{env}", *FAST[1:], f"--train_dir={train_dir}", "--experiment=hang"]
-    proc = start([*args, timeout_flag, "--train_for_seconds=35"], env={"APPO_TEST_HANG_FLAG": str(flag)})
+    proc = start([*args, timeout_flag, f"--train_for_seconds={seconds}"], env={"APPO_TEST_HANG_FLAG": str(flag)})
     out = finish(proc, timeout=150)
     assert proc.returncode == 0, out[-3000:]
     assert flag.exists()
