@@ -23,6 +23,11 @@ from appo.cfg import Cfg
 from appo.model import ActOutput, _mlp, register_model
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the Gaussian's log-std range (cleanrl's sac_continuous_action.py)
+# The log-std head's initial bias: squash_log_std(it) = 0. Without it the squash starts every action dimension at
+# log-std -1.5 (std 0.22, cleanrl's start); Haarnoja et al.'s code and Stable-Baselines3 clip an unsquashed log-std,
+# which starts near 0 (std 1: tanh(u) spread over most of [-1, 1]): far more exploration in the first updates after the
+# random warm-up.
+INITIAL_LOG_STD_RAW = math.atanh(2.0 * (0.0 - LOG_STD_MIN) / (LOG_STD_MAX - LOG_STD_MIN) - 1.0)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
 
@@ -71,6 +76,8 @@ class SquashedGaussianActor(nn.Module):
         self.trunk, size = _mlp(int(np.prod(obs_space.shape)), cfg.actor_mlp_layers, "relu")
         self.mean_head = nn.Linear(size, len(low))
         self.log_std_head = nn.Linear(size, len(low))
+        with torch.no_grad():  # a standard deviation near 1 at the start, as the SAC authors' clipped log-std has
+            self.log_std_head.bias.fill_(INITIAL_LOG_STD_RAW)
         self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
         self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))  # gradient steps these weights had

@@ -17,7 +17,13 @@ from appo.cfg import derive, merge_cfg, verify
 from appo.learning.replay import Replay, transitions
 from appo.model import make_model
 from appo.sampling.numpy_policy import NumpySquashedGaussian, make_numpy_policy
-from appo.squashed_gaussian import SquashedGaussianActor, polyak_update, squashed_log_prob
+from appo.squashed_gaussian import (
+    INITIAL_LOG_STD_RAW,
+    SquashedGaussianActor,
+    polyak_update,
+    squash_log_std,
+    squashed_log_prob,
+)
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 BOX = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
@@ -189,6 +195,16 @@ def test_numpy_actor_matches_torch():
     u = torch.atanh(a)
     reference = squashed_log_prob(u, mean.double(), log_std.double()).float()
     np.testing.assert_allclose(out.log_probs, reference.detach().numpy(), rtol=1e-3, atol=1e-3)
+
+
+def test_a_fresh_actor_starts_with_a_standard_deviation_near_one():
+    # As the SAC authors' code and Stable-Baselines3 start (an unsquashed, clipped log-std head near 0); the bare
+    # tanh squash would start at log-std -1.5 (std 0.22).
+    torch.manual_seed(0)
+    model = make_model(sac_cfg(actor_mlp_layers=[256, 256]), OBS, BOX)
+    _, log_std = model(torch.randn(512, 3))
+    assert log_std.mean().abs() < 0.2 and log_std.abs().max() < 1.0
+    assert float(squash_log_std(torch.tensor(INITIAL_LOG_STD_RAW))) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_discrete_actions_are_refused_in_one_line():
