@@ -17,7 +17,7 @@ class SacCfg:
         10_000, "SAC: env steps of uniform random actions before the first update (at most half the run)"
     )
     updates_per_env_step: float = flag(1.0, "SAC: gradient updates per env step (replay ratio), held by throttling")
-    publish_every_updates: int = flag(16, "SAC: updates between publishing the actor's weights to actor workers")
+    publish_every_updates: int = flag(1, "SAC: updates between publishing the actor's weights to actor workers")
     tau: float = flag(0.005, "SAC: Polyak rate of the target critics")
     target_entropy: str = flag("auto", "SAC: entropy the temperature is tuned toward; auto = -(action dims)")
     initial_alpha: float = flag(1.0, "SAC: initial entropy temperature")
@@ -35,11 +35,13 @@ class SacCfg:
 
 
 # Shared flags whose default differs for SAC: applied above env presets (which are tuned for PPO), below a saved
-# cfg.json and typed flags (appo/cfg.py merge_cfg). batch_size is SAC's minibatch; gradients are not clipped. Short
-# rollouts from few envs, with one iteration's room to accumulate: the actors, throttled to the learner's update
-# rate, run about 400 env steps ahead of it (PPO's defaults let them run 2,000-4,000 ahead: transitions entering the
-# replay from a policy that many updates old). The learner, SAC's bottleneck, trains on two torch threads: on
-# LunarLanderContinuous-v3 with 2 workers on 2 cores, 103-108 updates/s against 72-85 on one (session 13).
+# cfg.json and typed flags (appo/cfg.py merge_cfg). batch_size is SAC's minibatch; gradients are not clipped. One env
+# per actor worker, short rollouts, one iteration's room to accumulate: the learner (SAC's bottleneck, about 100
+# updates/s on 2 cores) needs only that many env steps per second, and every further env only puts more transitions
+# in flight between acting and the replay. On LunarLanderContinuous-v3 (docs/benchmarks.md, session 16) seed 1 reached
+# an evaluation of 200 at 65k env steps with 1 env and weights published every update, against more than 112k with
+# 2 workers x 4 envs publishing every 16. The learner trains on two torch threads: on LunarLanderContinuous-v3 with 2
+# workers on 2 cores, 103-108 updates/s against 72-85 on one (session 13).
 SAC_DEFAULTS = {
     "batch_size": 256,
     "max_grad_norm": 0.0,
@@ -47,7 +49,8 @@ SAC_DEFAULTS = {
     "num_batches_per_epoch": 1,
     "num_epochs": 1,
     "rollout": 16,
-    "num_envs_per_worker": 4,
+    "num_envs_per_worker": 1,
+    "worker_num_splits": 1,
     "num_minibatches_to_accumulate": 1,
     "learner_threads": 2,
 }
