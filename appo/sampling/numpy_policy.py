@@ -401,7 +401,7 @@ class NumpySquashedGaussian:
             a = self.rng.uniform(-1.0, 1.0, mean.shape).astype(np.float32)
             log_probs = np.full(len(obs), -A * np.log(2.0), dtype=np.float32)
         else:
-            log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (np.tanh(out[:, A:]) + 1.0)
+            log_std = np.clip(out[:, A:], LOG_STD_MIN, LOG_STD_MAX)
             noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
             u = mean + np.exp(log_std) * noise
             a = np.tanh(u)

@@ -18,10 +18,10 @@ from appo.learning.replay import Replay, transitions
 from appo.model import make_model
 from appo.sampling.numpy_policy import NumpySquashedGaussian, make_numpy_policy
 from appo.squashed_gaussian import (
-    INITIAL_LOG_STD_RAW,
+    LOG_STD_MAX,
+    LOG_STD_MIN,
     SquashedGaussianActor,
     polyak_update,
-    squash_log_std,
     squashed_log_prob,
 )
 
@@ -198,13 +198,30 @@ def test_numpy_actor_matches_torch():
 
 
 def test_a_fresh_actor_starts_with_a_standard_deviation_near_one():
-    # As the SAC authors' code and Stable-Baselines3 start (an unsquashed, clipped log-std head near 0); the bare
-    # tanh squash would start at log-std -1.5 (std 0.22).
+    # As the SAC authors' code and Stable-Baselines3 start: an unsquashed head near 0 (std 1).
     torch.manual_seed(0)
     model = make_model(sac_cfg(actor_mlp_layers=[256, 256]), OBS, BOX)
     _, log_std = model(torch.randn(512, 3))
     assert log_std.mean().abs() < 0.2 and log_std.abs().max() < 1.0
-    assert float(squash_log_std(torch.tensor(INITIAL_LOG_STD_RAW))) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_log_std_is_clamped_in_both_actors():
+    """Far outside [LOG_STD_MIN, LOG_STD_MAX] the log-std sits at the bound, in torch and in the numpy actor."""
+    model = make_model(sac_cfg(), OBS, BOX)
+    with torch.no_grad():
+        model.log_std_head.weight.zero_()
+        model.log_std_head.bias.copy_(torch.tensor([50.0, -50.0]))
+    model.updates.fill_(1)
+    obs = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    mean, log_std = model(torch.from_numpy(obs))
+    assert torch.equal(log_std, torch.tensor([[LOG_STD_MAX, LOG_STD_MIN]]).expand(4, 2))
+    out = make_numpy_policy(model, "cpu", seed=0).act(obs)
+    # Dimension 1's std is e^-20: its action is the mean's squash to float precision.
+    np.testing.assert_allclose(
+        model.to_unit(torch.from_numpy(out.actions))[:, 1], torch.tanh(mean[:, 1]).detach(), atol=1e-5
+    )
+    assert np.all(np.isfinite(out.log_probs))
+    np.testing.assert_array_less(-out.log_probs, 0.0)  # dimension 1's density is huge: log-prob >> 0
 
 
 def test_discrete_actions_are_refused_in_one_line():
