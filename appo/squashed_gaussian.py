@@ -29,6 +29,7 @@ from appo.model import ActOutput, _mlp, register_model
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
+TANH_EPS = 1e-6  # in the tanh correction (squashed_log_prob)
 
 
 def clamp_log_std(raw: Tensor) -> Tensor:
@@ -38,10 +39,12 @@ def clamp_log_std(raw: Tensor) -> Tensor:
 
 def squashed_log_prob(u: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
     """log-density [B] of a = tanh(u) for u ~ N(mean, exp(log_std)^2), all [B, A]: the Gaussian's log-density of u
-    minus log |det da/du| = sum log(1 - tanh(u)^2), written as 2 (log 2 - u - softplus(-2u)), which is exact and
-    finite for every u (1 - tanh(u)^2 underflows to 0 for |u| > ~9 in float32)."""
+    minus log |det da/du| = sum log(1 - tanh(u)^2 + TANH_EPS). The epsilon, as in Haarnoja et al.'s code and
+    Stable-Baselines3, changes the exact correction by less than 1e-4 per dimension while |u| < 3 and caps each
+    dimension's term at log(TANH_EPS) when the action saturates: a policy that pins an action at the box's edge (full
+    throttle) pays a bounded entropy cost instead of one that grows with |u|."""
     gaussian = (-0.5 * ((u - mean) / log_std.exp()).square() - log_std - _HALF_LOG_2PI).sum(-1)
-    log_det = (2.0 * (_LOG_2 - u - nn.functional.softplus(-2.0 * u))).sum(-1)
+    log_det = torch.log(1.0 - torch.tanh(u).square() + TANH_EPS).sum(-1)
     return gaussian - log_det
 
 

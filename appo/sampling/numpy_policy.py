@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from appo.model import ActorCritic
-from appo.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
+from appo.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, TANH_EPS, SquashedGaussianActor
 
 HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
 _ACTIVATIONS = {
@@ -406,7 +406,7 @@ class NumpySquashedGaussian:
             u = mean + np.exp(log_std) * noise
             a = np.tanh(u)
             gaussian = (-0.5 * np.square(noise) - log_std - HALF_LOG_2PI).sum(-1)
-            log_det = (2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u))).sum(-1)
+            log_det = np.log(1.0 - np.square(a) + TANH_EPS).sum(-1)
             log_probs = gaussian - log_det
         actions = (a * self.scale + self.bias).astype(np.float32)
         return NumpyActOutput(actions, log_probs.astype(np.float32), np.zeros(len(obs), np.float32), rnn_states)
