@@ -75,6 +75,19 @@ def run_ours(target: float, seed: int, minutes: float, train_dir: Path, extra: l
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     summaries = train_dir / "sac" / "summaries" / "0"
     rows: list[tuple] = []
+    try:
+        return _follow(proc, summaries, began, target, rows)
+    finally:  # this script stopped early (Ctrl-C, kill): stop the run too, which saves and exits
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _follow(proc: subprocess.Popen, summaries: Path, began: float, target: float, rows: list[tuple]) -> list[tuple]:
+    """Poll the run's evaluations until it exits; stop it (Ctrl-C) at the first one >= target."""
     acc = None
     while proc.poll() is None:
         time.sleep(5)
@@ -108,18 +121,25 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--target", type=float, default=200.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--race", action="store_true", help="stop a later run once it can no longer be first (at the best time so far)"
+    )
     args, extra = parser.parse_known_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `kill` stops our run too (run_ours, finally)
     extra = [e for e in extra if e != "--"]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
+        limit = args.minutes
         for name in args.runs:
             if name == "ours":
-                rows = run_ours(args.target, args.seed, args.minutes, Path(tmp) / "ours", extra)
+                rows = run_ours(args.target, args.seed, limit, Path(tmp) / "ours", extra)
             else:
-                rows = run_sb3(args.target, args.seed, args.minutes, Path(tmp) / "sb3.json")
+                rows = run_sb3(args.target, args.seed, limit, Path(tmp) / "sb3.json")
             results[name] = rows
             hit = first_at(rows, args.target)
-            reached = f"{hit[1] / 60:.1f} min at {hit[0]} env steps" if hit else "not reached"
+            reached = f"{hit[1] / 60:.1f} min at {hit[0]} env steps" if hit else f"not reached in {limit:.1f} min"
+            if hit and args.race:
+                limit = min(limit, hit[1] / 60)
             print(f"{name}: target {args.target:g} {reached}; last evaluation {rows[-1] if rows else None}")
     print(f"\n| run | minutes to eval >= {args.target:g} | env steps then | evaluations |")
     print("|---|---|---|---|")
