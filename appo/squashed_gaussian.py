@@ -25,7 +25,7 @@ from appo.model import ActOutput, _mlp, register_model
 # The Gaussian's log-std is the head's output clamped to this range, as in Haarnoja et al.'s code and
 # Stable-Baselines3. With nn.Linear's initialisation it starts near 0 (std 1: tanh(u) spread over most of [-1, 1]).
 # A tanh-rescaled head (cleanrl's, [-5, 2]) was used until session 17: it gives the log-std about 2.9x the clamp's
-# gradient at the start, the one difference left between our update and Stable-Baselines3's (docs/benchmarks.md).
+# gradient at the start; with the exact tanh correction, one of the two differences from Stable-Baselines3's update.
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
