@@ -32,11 +32,6 @@ _LOG_2 = math.log(2.0)
 TANH_EPS = 1e-6  # in the tanh correction (squashed_log_prob)
 
 
-def clamp_log_std(raw: Tensor) -> Tensor:
-    """The head's raw output limited to [LOG_STD_MIN, LOG_STD_MAX] (no gradient past the bounds)."""
-    return raw.clamp(LOG_STD_MIN, LOG_STD_MAX)
-
-
 def squashed_log_prob(u: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
     """log-density [B] of a = tanh(u) for u ~ N(mean, exp(log_std)^2), all [B, A]: the Gaussian's log-density of u
     minus log |det da/du| = sum log(1 - tanh(u)^2 + TANH_EPS). The epsilon, as in Haarnoja et al.'s code and
@@ -84,7 +79,7 @@ class SquashedGaussianActor(nn.Module):
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """(mean [B, A], log_std [B, A]) of the pre-squash Gaussian for obs [B, *obs_shape]."""
         x = self.trunk(obs.float().flatten(1))
-        return self.mean_head(x), clamp_log_std(self.log_std_head(x))
+        return self.mean_head(x), self.log_std_head(x).clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """Reparameterised draw: (a in [-1, 1], [B, A]; its log-prob [B]), differentiable in the weights."""

@@ -74,9 +74,8 @@ def run_ours(target: float, seed: int, minutes: float, train_dir: Path, extra: l
     cmd += [f"--train_dir={train_dir}", "--experiment=sac", f"--train_for_seconds={minutes * 60:.0f}", *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     summaries = train_dir / "sac" / "summaries" / "0"
-    rows: list[tuple] = []
     try:
-        return _follow(proc, summaries, began, target, rows)
+        return _follow(proc, summaries, began, target)
     finally:  # this script stopped early (Ctrl-C, kill): stop the run too, which saves and exits
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -86,8 +85,9 @@ def run_ours(target: float, seed: int, minutes: float, train_dir: Path, extra: l
                 proc.kill()
 
 
-def _follow(proc: subprocess.Popen, summaries: Path, began: float, target: float, rows: list[tuple]) -> list[tuple]:
+def _follow(proc: subprocess.Popen, summaries: Path, began: float, target: float) -> list[tuple]:
     """Poll the run's evaluations until it exits; stop it (Ctrl-C) at the first one >= target."""
+    rows: list[tuple] = []
     acc = None
     while proc.poll() is None:
         time.sleep(5)
