@@ -37,7 +37,7 @@ class PolicyStats:
         self.by_episode: dict[int, deque[float]] = {}
         self.by_task: dict[str, deque[float]] = {}
         self.last_eval: EvalReport | None = None
-        self.new_eval = False
+        self.unwritten_evals: list[EvalReport] = []  # every evaluation since the last summary write, in order
         self.hparams: dict[str, float] = {}  # current values of the hyperparameters PBT may change
 
     def add_trials(self, trials: list[dict]) -> None:
@@ -78,7 +78,8 @@ class Stats:
 
     def _on_eval(self, msg: EvalReport) -> None:
         p = self.policies[msg.policy_id]
-        p.last_eval, p.new_eval = msg, True
+        p.last_eval = msg
+        p.unwritten_evals.append(msg)
 
     def _on_train(self, msg: TrainReport) -> None:
         p = self.policies[msg.policy_id]
@@ -185,9 +186,9 @@ class SummaryWriters:
                 writer.add_scalar(f"episode/return_ep{k}", sum(values) / len(values), step)
             for bucket, values in p.by_task.items():
                 writer.add_scalar(f"episode_by_task/{bucket}", sum(values) / len(values), step)
-            if p.new_eval and p.last_eval is not None:
-                self.write_eval(writer, p.last_eval)
-                p.new_eval = False
+            for report in p.unwritten_evals:  # two can arrive between writes (the last one, forced at shutdown)
+                self.write_eval(writer, report)
+            p.unwritten_evals.clear()
             if not math.isnan(fps):
                 writer.add_scalar("perf/fps", fps, step)
             for key, value in p.train.items():

@@ -1,0 +1,23 @@
+"""The driver's statistics as tensorboard shows them (read back with tensorboard's own reader)."""
+
+from __future__ import annotations
+
+from appo.messages import EvalReport
+from appo.plot import load_events, scalar_series
+from appo.stats import Stats, SummaryWriters
+
+
+def test_every_evaluation_between_two_writes_reaches_tensorboard(tmp_path):
+    # At shutdown the scheduled evaluation and the final forced one arrive within one report interval.
+    stats, writers = Stats(num_policies=1), SummaryWriters(tmp_path, num_policies=1)
+    stats.on_report(EvalReport(0, 25_000, 10, 883.0, 1.0, 1000.0, [], []))
+    writers.write(stats)
+    stats.on_report(EvalReport(0, 300_000, 300, 6427.5, 1.0, 1000.0, [], []))
+    stats.on_report(EvalReport(0, 300_112, 301, 6262.5, 1.0, 1000.0, [], []))
+    writers.write(stats)
+    writers.write(stats)  # nothing new: nothing written twice
+    writers.close()
+    steps, _wall, values = scalar_series(load_events(tmp_path / "0"), "eval/return_mean")
+    assert steps.tolist() == [25_000, 300_000, 300_112]
+    assert values.tolist() == [883.0, 6427.5, 6262.5]
+    assert stats.policies[0].last_eval.return_mean == 6262.5
