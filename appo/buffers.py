@@ -61,7 +61,7 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
     from appo.algorithms import algorithm_class
 
     extra = algorithm_class(cfg.algo).trajectory_fields(cfg, obs_space, action_space)
-    fillable = actor_fields(cfg, obs_space)
+    fillable = actor_fields(cfg, obs_space, action_space)
     clash = sorted(set(extra) & set(engine))
     unknown = sorted(set(extra) - set(fillable) - set(engine))
     if clash or unknown:
@@ -72,7 +72,9 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
     return engine | {name: fillable[name] for name in extra}
 
 
-def actor_fields(cfg: Cfg, obs_space: gym.Space | None = None) -> dict[str, TensorSpec]:
+def actor_fields(
+    cfg: Cfg, obs_space: gym.Space | None = None, action_space: gym.Space | None = None
+) -> dict[str, TensorSpec]:
     """Per-step fields an algorithm may ask for (Algorithm.trajectory_fields), which actor workers then fill
     (appo/sampling/env_runner.py): the task each step ran (its index in the train split, -1 for envs without
     tasks), the episode it belongs to (unique in the run: global env index << 32 | the env's episode count),
@@ -87,6 +89,8 @@ def actor_fields(cfg: Cfg, obs_space: gym.Space | None = None) -> dict[str, Tens
     }
     if obs_space is not None:
         fields["final_obs"] = TensorSpec((T, *obs_space.shape), torch.float32)
+    if isinstance(action_space, gym.spaces.Box):
+        fields["action_noise"] = TensorSpec((T, int(np.prod(action_space.shape))), torch.float32)
     return fields
 
 
@@ -132,8 +136,9 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
       policy's learner; each cell has one writer at a time. A restarted actor worker takes as free only the
       groups that no learner holds;
     - assignments [num_envs_total, 3] int64: the control channel (appo/control.py), every cell free;
-    - commands [num_envs_total, 2] float32: the control channel's commands (reward-conditioned policies), NaN."""
-    from appo.control import allocate_assignments, allocate_commands
+    - commands [num_envs_total, 2] float32: the control channel's commands (reward-conditioned policies), NaN;
+    - episode_seeds [num_envs_total, 2] int64: the control channel's episode seeds (episodic runs), -1."""
+    from appo.control import allocate_assignments, allocate_commands, allocate_episode_seeds
 
     num_groups = derived.num_splits_total * derived.slot_groups_per_split
     return {
@@ -145,6 +150,7 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
         "group_at_learner": torch.zeros(num_groups, cfg.num_policies, dtype=torch.uint8).share_memory_(),
         "assignments": allocate_assignments(derived.num_envs_total),
         "commands": allocate_commands(derived.num_envs_total),
+        "episode_seeds": allocate_episode_seeds(derived.num_envs_total),
     }
 
 

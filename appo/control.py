@@ -17,6 +17,11 @@ whole old or a whole new value of each cell.
         each episode start of the env and given to the env as reset(options={"command": ...})
         (envs/reward_conditioning.py CommandObservation keeps it up to date during the episode).
 
+    episode_seeds [num_envs_total, 2] int64, one row per env: the seeds of its next episode, (env reset seed, action
+        noise seed); -1: none. Read by episodic runs (Algorithm.episodic: MAML) at each rollout's start: the env
+        resets with the first, and the `action_noise` field of the rollout is drawn from the second, so an episode
+        is the same bits whichever worker and env run it. Written by the MAML driver before it releases a split.
+
 When a cell is -1, the actor worker's assigners decide, locally and without a message: `PolicyDraw` (a
 population's uniform draw of a policy per episode) and the env's task schedule (envs/schedules.py). MAML's
 "task k with adapted weights k" and a reward-conditioned policy's commands are written here by their
@@ -62,6 +67,11 @@ def set_commands(commands: torch.Tensor, command: list[float], envs: list[int] |
     values = torch.full((COMMAND_DIMS,), float("nan"))
     values[: len(command)] = torch.as_tensor(command, dtype=torch.float32)
     commands[slice(None) if envs is None else envs] = values
+
+
+def allocate_episode_seeds(num_envs_total: int) -> torch.Tensor:
+    """The channel's shared episode-seed table, every cell -1 (no seed)."""
+    return torch.full((num_envs_total, 2), FREE, dtype=torch.int64).share_memory_()
 
 
 class ControlChannel:

@@ -22,10 +22,8 @@ Who sends what to whom (the queues themselves are created in appo.runner.wire):
     evaluator     --EvalReport-------->  driver queue
     any child     --ErrorReport------->  driver queue, then exits non-zero
     driver        --Stop-------------->  every inbox and queue
-    MAML driver   --SampleEpisodes---->  inbox of sampler worker `worker_idx` (--algo=maml_trpo)
-    sampler worker --EpisodesReady---->  MAML driver queue (the rows of the episode buffer it filled)
-    MAML driver   --HvpRequest-------->  inbox of sampler worker `worker_idx` (its tasks' KL Hessian-vector products)
-    sampler worker --HvpReady--------->  MAML driver queue
+    MAML driver   --HvpRequest-------->  inbox of hvp worker `worker_idx` (its tasks' KL Hessian-vector products)
+    hvp worker    --HvpReady---------->  MAML driver queue
 """
 
 from __future__ import annotations
@@ -196,27 +194,6 @@ class Stop(NamedTuple):
 Message = Any
 
 
-class SampleEpisodes(NamedTuple):
-    """MAML (appo/sampling/maml_sampler.py): fill rows `rows` of episode buffer `buffer` with --fast_batch_size
-    episodes each, row i on task `tasks[i]` acting with weight set `weight_rows[i]`; every episode seeded from
-    (seed, stream, iteration, row, episode), so which worker runs a row does not change its episodes."""
-
-    buffer: int
-    stream: int
-    iteration: int
-    rows: tuple[int, ...]
-    tasks: tuple[dict[str, float], ...]
-    weight_rows: tuple[int, ...]
-
-
-class EpisodesReady(NamedTuple):
-    """MAML: sampler worker `worker_idx` has written `rows` of episode buffer `buffer`."""
-
-    worker_idx: int
-    buffer: int
-    rows: tuple[int, ...]
-
-
 class HvpRequest(NamedTuple):
     """MAML: compute J_k F_k J_k v (appo/algorithms/maml.py MamlTrpo.task_hvps) for each task row in `rows` of the
     meta-batch of `iteration` (episode buffers 0 and 1, meta-parameters in weights row 0) with v = the shared
@@ -228,7 +205,7 @@ class HvpRequest(NamedTuple):
 
 
 class HvpReady(NamedTuple):
-    """MAML: sampler worker `worker_idx` has written its rows' products of request `seq`."""
+    """MAML: hvp worker `worker_idx` has written its rows' products of request `seq`."""
 
     worker_idx: int
     seq: int

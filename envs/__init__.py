@@ -127,6 +127,16 @@ def make_task_assigner(cfg: Any, env: gym.Env, env_idx: int) -> TaskAssigner | N
     return TaskAssigner(*_run_schedule(cfg, env, env_idx, "train"))
 
 
+def run_tasks(cfg: Any, env: gym.Env) -> list[Task]:
+    """The task table of an episodic run (appo/sampling/env_runner.py: MAML), which its control channel's TASK cells
+    index: the run's train tasks, then its test tasks (envs.tasks.task_split of --num_train_tasks, --num_test_tasks,
+    --seed)."""
+    from envs.tasks import task_split
+
+    train, test = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
+    return train + test
+
+
 def _run_schedule(cfg: Any, env: gym.Env, env_idx: int, split: str) -> tuple[list[Task], TaskSchedule]:
     """The `split` tasks of a run and the schedule of env `env_idx` over them: the one rule behind the
     wrapper's schedule and the actor's task assigner."""

@@ -126,6 +126,11 @@ def model_kind(name: str) -> str:
     return algorithm_class(name).model_kind
 
 
+def is_episodic(name: str) -> bool:
+    """Whether the algorithm `name` samples whole episodes started by its learner (Algorithm.episodic)."""
+    return bool(algorithm_class(name).episodic)
+
+
 def algorithm_class(name: str) -> type:
     """Import and return the Algorithm subclass of `name` (this imports torch)."""
     module, _, cls = algorithm_spec(name).target.partition(":")

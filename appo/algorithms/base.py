@@ -11,6 +11,10 @@ What an algorithm declares, and who reads it:
   --max_policy_lag versions dropped (appo/learning/batcher.py). "replay": every trajectory, one per `update`, as
   it arrives and however old (the algorithm keeps its own replay: SAC). Other ways (task-grouped batches) are
   added with the algorithms that need them.
+- `episodic`: True when every rollout is one whole episode per env, started by the learner (MAML): the actor worker
+  starts with its slot groups held and starts a rollout only when one is released; it then resets every env of the
+  split from its control-channel row (task, weight set, episode seeds: appo/control.py), steps an env only until
+  its episode ends (no automatic reset) and hands the group over once every episode has ended or at T steps.
 - `update(batch, env_steps) -> stats`: one training iteration on one batch.
 - `state_dict()` / `load_state_dict()`: what it needs in a checkpoint besides the model (optimizer state...).
 - `replay_state()` / `load_replay_state()`: an off-policy algorithm's replay, saved by the core beside the
@@ -95,6 +99,7 @@ class Algorithm:
     model_kind: ClassVar[str] = "actor_critic"
     consumes: ClassVar[str] = "fresh"
     replay_shards: ClassVar[bool] = False
+    episodic: ClassVar[bool] = False
 
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         self.cfg, self.derived, self.model, self.device, self.guard = cfg, derived, model, device, guard

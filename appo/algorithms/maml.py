@@ -2,7 +2,8 @@
 explicit parameter dicts (torch.func.functional_call), and `MamlTrpo`, the learner's meta-step.
 
 Data: a task's episodes are fixed-shape tensors `Episodes` ([E, T, ...], `mask` 1 on the steps taken), sampled by
-appo/sampling/maml_sampler.py; a meta-batch stacks K tasks' episodes. One meta-iteration, for every task k:
+the actor workers (appo/algorithms/maml_actors.py); a meta-batch stacks K tasks' episodes. One meta-iteration, for
+every task k:
 
     A_k       = normalised GAE on the train episodes, linear feature baseline fitted on them   (no gradient)
     theta'_k  = theta - fast_lr * grad_theta L_inner(theta; train_k)       (num_inner_steps times)
@@ -28,6 +29,7 @@ from torch.func import functional_call
 
 from appo.algorithms.base import Algorithm
 from appo.learning.trpo import line_search, step_direction
+from appo.model import register_model
 
 Params = dict[str, Tensor]
 NONLINEARITIES: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -51,8 +53,10 @@ class MamlPolicy(nn.Module):
         return self.mlp(obs), self.log_std
 
 
+@register_model("maml_gaussian_mlp")
 def make_policy(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> MamlPolicy:
-    """The run's policy (`cfg`: an appo Cfg); flat Box observations and actions only (verify_maml says so)."""
+    """The run's policy (`cfg`: an appo Cfg); flat Box observations and actions only (verify_maml says so). Also
+    model kind "maml_gaussian_mlp": what the actor workers act with (appo.model.make_model)."""
     return MamlPolicy(
         int(np.prod(obs_space.shape)),
         int(np.prod(action_space.shape)),
@@ -242,6 +246,14 @@ class MamlTrpo(Algorithm):
 
     model_kind: ClassVar[str] = "maml_gaussian_mlp"
     consumes: ClassVar[str] = "meta_batches"
+    episodic: ClassVar[bool] = True  # the actor workers run whole episodes per task (appo/algorithms/maml_actors.py)
+
+    @classmethod
+    def trajectory_fields(cls, cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
+        """The rollout's action noise, drawn from each episode's seed (the same episode wherever it runs)."""
+        from appo.buffers import actor_fields
+
+        return {"action_noise": actor_fields(cfg, obs_space, action_space)["action_noise"]}
 
     def __init__(self, cfg: Any, model: MamlPolicy) -> None:
         self.cfg, self.model = cfg, model
@@ -329,7 +341,7 @@ class MamlTrpo(Algorithm):
         the adaptation's Jacobian J_k = I - fast_lr * (Hessian of the inner loss), which is symmetric (first order:
         J_k = I). That avoids differentiating the KL's gradient through the second-order adaptation, about 2x
         cheaper per product; `kl_hvp_autograd` is the direct form. A task's product depends on its data alone, so
-        the sampler workers can compute them (appo/sampling/maml_sampler.py)."""
+        helper processes can compute them (appo/algorithms/maml_hvp.py)."""
         cfg, params = self.cfg, params_of(self.model)
         names, leaves = list(params), list(params.values())
 
@@ -377,7 +389,7 @@ class MamlTrpo(Algorithm):
 
     def step(self, train: Episodes, valid: Episodes, hvp: Callable[[Tensor], Tensor] | None = None) -> MetaStats:
         """One TRPO meta-step on a meta-batch ([K, E, T, ...] each); writes the parameters only when a step is
-        accepted. `hvp`: the KL's Hessian-vector product computed elsewhere (the sampler workers); default here."""
+        accepted. `hvp`: the KL's Hessian-vector product computed elsewhere (the helper processes); default here."""
         cfg = self.cfg
         batches = self.task_batches(train, valid)
         with torch.no_grad():

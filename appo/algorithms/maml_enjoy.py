@@ -5,15 +5,17 @@ in training), the policy after it. Shown in a window or recorded (appo/evaluate.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
-from appo.algorithms.maml import Episodes, MamlTrpo, flatten, make_policy, params_of
+from appo.algorithms.maml import MamlTrpo, flatten, make_policy, params_of
+from appo.algorithms.maml_actors import ActorPool
+from appo.algorithms.maml_hvp import allocate_buffers, episode_horizon
 from appo.algorithms.maml_run import META_TEST_STREAM, episode_returns
-from appo.sampling.maml_sampler import EpisodeSampler, NumpyGaussianMlp, allocate_buffers, episode_horizon
+from appo.sampling.numpy_policy import NumpyGaussianMlp
 from envs import make_env
 from envs.tasks import Task, task_family, task_split
 
@@ -48,31 +50,31 @@ def show(cfg: Any, env: Any, task: Task, policy: NumpyGaussianMlp, on_frame: Cal
 
 
 def enjoy_maml(cfg: Any, state: dict[str, Any], render_mode: str | None, video: Any) -> None:
-    """Adapt the checkpoint's meta-policy to one test task, showing the episodes before and after."""
+    """Adapt the checkpoint's meta-policy to one test task, showing the episodes before and after. The sampled
+    episodes run on an in-process actor worker, as the meta-test's do (same seeds: the same episodes)."""
     env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode)
-    _, test_tasks = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
+    train_tasks, test_tasks = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
     k = choose_task(cfg, test_tasks)
     model = make_policy(cfg, env.observation_space, env.action_space)
     model.load_state_dict(state["model"])
     learner = MamlTrpo(cfg, model)
-    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+    spaces, horizon = (env.observation_space, env.action_space), episode_horizon(env)
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     num_params = flatten(params_of(model)).numel()
-    buffers = allocate_buffers(1, cfg.fast_batch_size, episode_horizon(env), obs_dim, act_dim, num_params)
-    sampler = EpisodeSampler(cfg, cfg.fast_batch_size, buffers, shapes)
+    buffers = allocate_buffers(1, cfg.fast_batch_size, horizon, obs_dim, act_dim, num_params)
+    one = dataclasses.replace(cfg, serial_mode=True, num_workers=1, worker_num_splits=1)
+    pool = ActorPool(one, spaces, horizon, buffers, 1, len(train_tasks) + len(test_tasks))
+    pool.start()
     on_frame = (lambda: video.add(env.render())) if video is not None else None
     print(f"test task {k}: {test_tasks[k]}", flush=True)
     try:
         params = {name: p.detach() for name, p in params_of(model).items()}
         for phase, step in (("before adaptation", 0), ("after adaptation", 1)):
-            flat = flatten(params).float().numpy()
-            policy = NumpyGaussianMlp(flat, shapes, cfg.maml_nonlinearity)
-            sampler.sample_row(0, META_TEST_STREAM + step, 0, 0, test_tasks[k], policy)
-            lengths = buffers.lengths[0][:1]
-            mask = (torch.arange(buffers.rewards[0].shape[-1]) < lengths.unsqueeze(-1)).float()
-            episodes = Episodes(buffers.obs[0][:1], buffers.actions[0][:1], buffers.rewards[0][:1], mask)
+            pool.publish(0, params)
+            pool.sample(0, META_TEST_STREAM + step, 0, [len(train_tasks) + k], [0])
+            episodes = pool.episodes(0, 1)
             sampled = float(episode_returns(episodes).mean())
-            shown = show(cfg, env, test_tasks[k], policy, on_frame)
+            shown = show(cfg, env, test_tasks[k], NumpyGaussianMlp(pool.scratch, cfg.seed), on_frame)
             print(
                 f"{phase}: mean return {sampled:.1f} over {cfg.fast_batch_size} sampled episodes; shown: "
                 + ", ".join(f"{r:.1f}" for r in shown),
@@ -81,5 +83,5 @@ def enjoy_maml(cfg: Any, state: dict[str, Any], render_mode: str | None, video: 
             if step == 0:
                 params = learner.adapted(episodes.task(0), params)
     finally:
-        sampler.close()
+        pool.close()
         env.close()

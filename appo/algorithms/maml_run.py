@@ -1,11 +1,13 @@
 """The MAML-TRPO driver (--algo=maml_trpo; appo/runner.py hands the run here): meta-iterations are synchronous
 (every task's train episodes, then the adaptation, then every task's validation episodes, then the meta-step), so
-they run as one loop over the sampler workers rather than through the engine's asynchronous batcher:
+the driver is the learner and steps the engine's actor workers through whole episode batches rather than through
+the asynchronous batcher (appo/algorithms/maml_actors.py):
 
     draw meta_batch_size train tasks (seeded by (seed, iteration))
-    -> weights row 0 = theta; SampleEpisodes(train) to the workers (task k on worker k % num_workers)
-    -> theta'_k per task (appo/algorithms/maml.py MamlTrpo.adapted) into weights rows 1 + k
-    -> SampleEpisodes(validation) -> MamlTrpo.step (TRPO) -> summaries, status line, checkpoint, meta-test
+    -> weight set 0 = theta; each task's train episodes on a free split of the actor workers (control channel)
+    -> theta'_k per task (appo/algorithms/maml.py MamlTrpo.adapted) into weight sets 1 + k
+    -> validation episodes -> MamlTrpo.step (TRPO; the KL's Hessian-vector products spread over helper processes,
+       appo/algorithms/maml_hvp.py) -> summaries, status line, checkpoint, meta-test
 
 The run directory is the engine's: cfg.json, log.txt, checkpoint_p0/ (model + counters; resume continues at the
 next iteration), summaries/0/ (maml/*, train/version = meta-iterations, meta_test/return_step<k>) and
@@ -15,11 +17,9 @@ meta_test/iter_<N>.npz (tasks, returns [steps + 1, tasks, episodes]).
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +27,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.algorithms.maml import Episodes, MamlTrpo, flatten, make_policy, mean_in_order, params_of
+from appo.algorithms.maml import Episodes, MamlTrpo, flatten, make_policy, params_of
+from appo.algorithms.maml_actors import ActorPool
 from appo.algorithms.maml_flags import meta_batch_size
+from appo.algorithms.maml_hvp import HvpPool, allocate_buffers, episode_horizon
 from appo.cfg import Cfg, cfg_to_dict, experiment_dir
 from appo.checkpoint import load_checkpoint, load_latest, save_checkpoint
-from appo.messages import EpisodesReady, ErrorReport, HvpReady, HvpRequest, SampleEpisodes, Stop
-from appo.processes import limit_threads, process_title, set_process_title, spawn_context, start_process, stop_processes
-from appo.sampling.maml_sampler import (
-    EpisodeBuffers,
-    EpisodeSampler,
-    ParamShapes,
-    allocate_buffers,
-    episode_horizon,
-    sampler_worker_main,
-)
+from appo.processes import limit_threads, process_title, set_process_title
 from envs import PROJECT_ENVS, UnknownEnvError, is_task_env, make_env
-from envs.tasks import Task, task_split
+from envs.tasks import task_split
 from utils.logging import init_logging, log
 from utils.paths import cfg_path, checkpoint_dir, log_path, summaries_dir
 
@@ -50,109 +43,10 @@ TRAIN, VALID = 0, 1  # episode buffers, and the seed streams of training episode
 META_TEST_STREAM = 2  # + adaptation step: the meta-test's episodes (and enjoy.py's)
 
 
-class SamplerPool:
-    """The sampler workers (processes), or one in-process sampler with --serial_mode."""
-
-    def __init__(self, cfg: Cfg, buffers: EpisodeBuffers, shapes: ParamShapes, episodes: int) -> None:
-        self.cfg, self.buffers = cfg, buffers
-        self.serial = EpisodeSampler(cfg, episodes, buffers, shapes) if cfg.serial_mode else None
-        self.processes: list[Any] = []
-        if self.serial is None:
-            ctx = spawn_context()
-            self.results = ctx.Queue()
-            self.inboxes = [ctx.Queue() for _ in range(cfg.num_workers)]
-            for w in range(cfg.num_workers):
-                args = (cfg, w, self.inboxes[w], self.results, buffers, shapes, episodes)
-                self.processes.append(start_process(ctx, sampler_worker_main, args, f"sampler{w}"))
-
-    def sample(self, buffer: int, stream: int, iteration: int, tasks: list[Task], weight_rows: list[int]) -> None:
-        """Fill rows 0..len(tasks)-1 of `buffer` and return once all are written."""
-        jobs: dict[int, list[int]] = {}
-        for k in range(len(tasks)):
-            jobs.setdefault(k % (1 if self.serial is not None else len(self.processes)), []).append(k)
-        msgs = {
-            w: SampleEpisodes(
-                buffer,
-                stream,
-                iteration,
-                tuple(rows),
-                tuple(tasks[k] for k in rows),
-                tuple(weight_rows[k] for k in rows),
-            )
-            for w, rows in jobs.items()
-        }
-        if self.serial is not None:
-            for msg in msgs.values():
-                self.serial.on_sample(msg)
-            return
-        for w, msg in msgs.items():
-            self.inboxes[w].put(msg)
-        self._wait(set(msgs), EpisodesReady)
-
-    def hvp(self, iteration: int, num_rows: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        """v -> the meta-batch's KL Hessian-vector product, each task's computed by the worker that sampled it and
-        averaged here in task order (the same bits as in one process); None with --serial_mode."""
-        if self.serial is not None:
-            return None
-        jobs: dict[int, list[int]] = {}
-        for k in range(num_rows):
-            jobs.setdefault(k % len(self.processes), []).append(k)
-        seq = [0]
-
-        def hvp(v: torch.Tensor) -> torch.Tensor:
-            seq[0] += 1
-            self.buffers.hvp_in.copy_(v)
-            for w, rows in jobs.items():
-                self.inboxes[w].put(HvpRequest(iteration, seq[0], tuple(rows)))
-            self._wait(set(jobs), HvpReady)
-            return mean_in_order(self.buffers.hvp_out[:num_rows].clone())
-
-        return hvp
-
-    def _wait(self, pending: set[int], kind: type) -> None:
-        """Until every worker in `pending` has answered with a `kind` message."""
-        while pending:
-            try:
-                reply = self.results.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p.name for p in self.processes if not p.is_alive()]
-                if dead:
-                    raise RuntimeError(f"sampler workers died: {', '.join(dead)}") from None
-                continue
-            if isinstance(reply, ErrorReport):
-                raise RuntimeError(f"{reply.component}: {reply.error.strip().splitlines()[-1]}")
-            assert isinstance(reply, kind), f"unexpected {reply!r}"
-            pending.discard(reply.worker_idx)
-
-    def episodes(self, buffer: int, num_rows: int) -> Episodes:
-        """A copy of rows 0..num_rows-1 of `buffer` as Episodes [K, E, T, ...]."""
-        b = self.buffers
-        lengths = b.lengths[buffer][:num_rows].clone()
-        T = b.rewards[buffer].shape[-1]
-        mask = (torch.arange(T) < lengths.unsqueeze(-1)).float()
-        return Episodes(
-            b.obs[buffer][:num_rows].clone(),
-            b.actions[buffer][:num_rows].clone(),
-            b.rewards[buffer][:num_rows].clone(),
-            mask,
-        )
-
-    def close(self) -> None:
-        if self.serial is not None:
-            self.serial.close()
-            return
-        for inbox in self.inboxes:
-            inbox.put(Stop())
-        forced = stop_processes(self.processes)
-        if forced:
-            log.warning("sampler workers stopped by force: %s", ", ".join(forced))
-
-
-def draw_tasks(train_tasks: list[Task], num: int, seed: int, iteration: int) -> list[Task]:
-    """The meta-batch of `iteration`: `num` train tasks, without replacement when there are enough."""
+def draw_tasks(num_train: int, num: int, seed: int, iteration: int) -> list[int]:
+    """The meta-batch of `iteration`: `num` indices of train tasks, without replacement when there are enough."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1_000_003, iteration]))
-    idx = rng.choice(len(train_tasks), size=num, replace=num > len(train_tasks))
-    return [dict(train_tasks[int(i)]) for i in idx]
+    return [int(i) for i in rng.choice(num_train, size=num, replace=num > num_train)]
 
 
 def episode_returns(episodes: Episodes) -> torch.Tensor:
@@ -175,17 +69,21 @@ class MamlRun:
         self.model = make_policy(cfg, self.obs_space, self.action_space)
         self.algo = MamlTrpo(cfg, self.model)
         self.meta_batch = meta_batch_size(cfg)
-        self.shapes = [(name, tuple(p.shape)) for name, p in self.model.named_parameters()]
-        rows = max(self.meta_batch, len(self.test_tasks))
+        self.rows = max(self.meta_batch, len(self.test_tasks))
         obs_dim, act_dim = int(np.prod(self.obs_space.shape)), int(np.prod(self.action_space.shape))
         num_params = sum(p.numel() for p in self.model.parameters())
-        self.buffers = allocate_buffers(rows, cfg.fast_batch_size, self.horizon, obs_dim, act_dim, num_params)
-        self.pool: SamplerPool | None = None
+        self.buffers = allocate_buffers(self.rows, cfg.fast_batch_size, self.horizon, obs_dim, act_dim, num_params)
+        self.pool: ActorPool | None = None
+        self.hvps: HvpPool | None = None
         self.iteration = 0
         self.env_steps = 0
 
     def start(self) -> None:
-        self.pool = SamplerPool(self.cfg, self.buffers, self.shapes, self.cfg.fast_batch_size)
+        spaces = (self.obs_space, self.action_space)
+        num_tasks = len(self.train_tasks) + len(self.test_tasks)  # envs.run_tasks: train, then test
+        self.pool = ActorPool(self.cfg, spaces, self.horizon, self.buffers, 1 + self.rows, num_tasks)
+        self.pool.start()
+        self.hvps = HvpPool(self.cfg, self.buffers, spaces)
 
     # --- checkpoints ------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -214,9 +112,12 @@ class MamlRun:
 
     # --- one meta-iteration -----------------------------------------------------------------------------
     def publish(self, row: int, params: dict[str, torch.Tensor]) -> None:
+        """Weight set `row` for the actor workers (and the Hessian-vector-product helpers' copy)."""
+        assert self.pool is not None
         self.buffers.weights[row] = flatten(params).detach().float()
+        self.pool.publish(row, params)
 
-    def collect(self, tasks: list[Task], iteration: int) -> tuple[Episodes, Episodes]:
+    def collect(self, tasks: list[int], iteration: int) -> tuple[Episodes, Episodes]:
         """Train episodes with theta, adaptation, validation episodes with each task's theta'."""
         assert self.pool is not None
         K = len(tasks)
@@ -230,11 +131,11 @@ class MamlRun:
 
     def meta_iteration(self) -> dict[str, float]:
         began, began_cpu = time.monotonic(), time.process_time()
-        tasks = draw_tasks(self.train_tasks, self.meta_batch, self.cfg.seed, self.iteration)
+        tasks = draw_tasks(len(self.train_tasks), self.meta_batch, self.cfg.seed, self.iteration)
         train, valid = self.collect(tasks, self.iteration)
         sampled = time.monotonic()
-        assert self.pool is not None
-        step = self.algo.step(train, valid, self.pool.hvp(self.iteration, len(tasks)))
+        assert self.hvps is not None
+        step = self.algo.step(train, valid, self.hvps.hvp(self.iteration, len(tasks)))
         self.iteration += 1
         self.env_steps += int(train.mask.sum() + valid.mask.sum())
         now = time.monotonic()
@@ -263,7 +164,8 @@ class MamlRun:
         policy = make_policy(self.cfg, self.obs_space, self.action_space)
         policy.load_state_dict(load_checkpoint(checkpoint)["model"])
         learner = MamlTrpo(self.cfg, policy)
-        tasks, K, S = self.test_tasks, len(self.test_tasks), self.cfg.meta_test_steps
+        K, S = len(self.test_tasks), self.cfg.meta_test_steps
+        tasks = [len(self.train_tasks) + j for j in range(K)]  # the test split, in the run's task table
         current = [{k: v.detach() for k, v in params_of(policy).items()} for _ in range(K)]
         returns = np.zeros((S + 1, K, self.cfg.fast_batch_size))
         for step in range(S + 1):
@@ -279,6 +181,8 @@ class MamlRun:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
+        if self.hvps is not None:
+            self.hvps.close()
 
 
 def run(cfg: Cfg) -> int:

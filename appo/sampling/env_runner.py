@@ -16,6 +16,12 @@ Task envs (--task_schedule): the runner, not the env wrapper, chooses the task o
 of an env (`_reset_env`): the control channel's TASK cell where set (appo/control.py), else the env's own
 task assigner (envs.make_task_assigner: the schedule its wrapper would have used, same rng stream). The task
 goes to the wrapper as reset(options={"task": ...}); its index in the train tasks is kept in `env_task`.
+
+Episodic runs (Algorithm.episodic: MAML): every rollout is one episode per env, started by the learner. The split
+starts parked (its groups held); a SlotsReleased starts a rollout, which resets every env from its control-channel
+row (task: an index into `envs.run_tasks`, weight set, episode seeds) and draws the rollout's `action_noise` from
+the noise seed; an env whose episode ends sits out the rest of the rollout (reward 0, no reset), and the group is
+handed over as soon as every episode has ended (dones mark each episode's last step).
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from appo.algorithms import is_episodic
 from appo.buffers import first_slot, group_index
 from appo.cfg import Cfg, Derived
 from appo.control import FREE, POLICY, TASK, WEIGHTS, PolicyDraw
 from appo.messages import ActionsReady, InferenceRequest, TrajectoryReady
-from envs import make_task_assigner
+from envs import make_task_assigner, run_tasks
 from envs.schedules import TaskAssigner
+from envs.tasks import task_family
 from utils.logging import log
 
 # Distinct env errors already logged by this process: each is logged once with its traceback.
@@ -69,6 +77,13 @@ class EnvRunner:
         self.assignments = control["assignments"] if control is not None and "assignments" in control else None
         # Its command table (reward-conditioned policies): each episode starts from its env's row, unless NaN.
         self.commands = control["commands"] if control is not None and "commands" in control else None
+        # Episodic runs (see the module docstring): the seeds of each env's next episode, the task table the TASK
+        # cells index, the rollout's action noise, and which envs' episodes are still running.
+        self.episodic = is_episodic(cfg.algo)
+        self.seeds = control["episode_seeds"] if control is not None and "episode_seeds" in control else None
+        self.episode_tasks: list[dict] | None = None
+        self.noise = buffers.get("action_noise")
+        self.alive = np.ones(self.num_envs, dtype=bool)
         self.episode_count = np.zeros(self.num_envs, dtype=np.int64)
         # Per-step fields the algorithm asked for (appo/buffers.py actor_fields) that this runner fills.
         self.extra_fields = [name for name in ("task_ids", "episode_ids", "weight_sets") if name in buffers]
@@ -78,7 +93,8 @@ class EnvRunner:
         self.last_trial_return: list[float | None] = [None] * self.num_envs  # fed to the assigner
         self.policy_envs: dict[int, tuple[int, ...] | None] = {0: None}  # policy -> its envs (None: all)
         # Who is asked for actions: each policy for its envs, or (shared policy workers) one request for all.
-        self.shared_inference = cfg.shared_policy_workers and cfg.num_policies > 1
+        # Episodic runs act with many weight sets of one policy: one request, `slot_policy` says whose weights.
+        self.shared_inference = (cfg.shared_policy_workers and cfg.num_policies > 1) or self.episodic
         self.request_groups: dict[int, tuple[int, ...] | None] = {0: None}
         self.slot_policy = control["slot_policy"] if control is not None else None
         self.rng = np.random.default_rng(worker_idx * 7919 + split_idx)
@@ -88,6 +104,8 @@ class EnvRunner:
         # A restarted worker must not refill groups a learner still holds: they come back by SlotsReleased.
         self.holders: dict[int, set[int]] = {g: self._learners_holding(g) for g in groups}
         self.holders = {g: held for g, held in self.holders.items() if held}
+        if self.episodic:  # its learner starts every rollout by a release
+            self.holders = {g: {0} for g in groups}
         self.free_groups: deque[int] = deque(g for g in groups if g not in self.holders)
         # group -> the incarnation that handed it to the learners (groups a predecessor handed over: absent)
         self.handed_by: dict[int, int] = {}
@@ -118,6 +136,8 @@ class EnvRunner:
         """Create and reset the envs; returns the first InferenceRequest."""
         self.envs = [self.env_fn(self.first_env + i) for i in range(self.num_envs)]
         self.task_assigners = [make_task_assigner(self.cfg, env, self.first_env + i) for i, env in enumerate(self.envs)]
+        if self.episodic:
+            self.episode_tasks = run_tasks(self.cfg, self.envs[0])
         self.rng = np.random.default_rng(seed)
         self.env_policy = self.policy_draw.initial(self.rng, self.num_envs)
         for i in range(self.num_envs):
@@ -154,6 +174,8 @@ class EnvRunner:
         self.group = self.free_groups.popleft()
         self.first = first_slot(self.cfg, self.derived, self.worker_idx, self.split_idx, self.group)
         slots = slice(self.first, self.first + self.num_envs)
+        if self.episodic:
+            self._start_episodes()
         self.buf["obs"][slots, 0] = self.next_obs
         self.buf["rnn_states"][slots, 0] = self.next_rnn
         self.t = 0
@@ -162,6 +184,24 @@ class EnvRunner:
             self.slot_policy[slots] = self.env_weights  # whose weights act for each slot (shared policy workers)
         self.request_groups = {0: None} if self.shared_inference else envs_by_policy(self.env_weights)
         return self._requests()
+
+    def _start_episodes(self) -> None:
+        """Episodic runs: every env of the split starts an episode from its control-channel row."""
+        assert self.next_obs is not None and self.next_rnn is not None
+        for i in range(self.num_envs):
+            self.env_policy[i], self.env_weights[i] = self._assigned(i, 0)
+            env_seed, noise_seed = (
+                (int(v) for v in self.seeds[self.first_env + i]) if self.seeds is not None else (-1, -1)
+            )
+            self.next_obs[i] = self._reset_env(i, seed=None if env_seed == FREE else env_seed)
+            if self.noise is not None:
+                rng = self.rng if noise_seed == FREE else np.random.default_rng(noise_seed)
+                self.noise[self.first + i] = rng.standard_normal(self.noise.shape[1:], dtype=np.float32)
+        self.next_policy, self.next_weights = self.env_policy.copy(), self.env_weights.copy()
+        self.next_rnn[:] = 0.0
+        self.alive[:] = True
+        self.ep_returns[:] = 0.0
+        self.ep_lengths[:] = 0
 
     def _requests(self, policies: Any = None) -> list[InferenceRequest]:
         """One request per policy of this rollout (or per policy of `policies`): that policy's envs."""
@@ -216,34 +256,9 @@ class EnvRunner:
             actions = np.clip(actions, self.low, self.high)
         else:
             actions = actions[:, 0]
-        rewards = np.empty(n, dtype=np.float32)
-        dones = np.zeros(n, dtype=np.float32)
-        truncs = np.zeros(n, dtype=np.float32)
-        obs_out = buf["obs"]
-        trials: dict[int, dict] = {}
-        failed: list[int] = []
         for name in self.extra_fields:  # before stepping: a reset below starts the next episode's task
             buf[name][slots, t] = self._field(name)
-        for i, env in enumerate(self.envs):
-            try:
-                obs, reward, terminated, truncated, info = env.step(actions[i])
-                if terminated or truncated:
-                    dones[i] = 1.0
-                    truncs[i] = float(truncated and not terminated)
-                    trial = info.get("trial")
-                    if trial is not None:
-                        trials[i] = trial
-                    if self.final_obs is not None:
-                        self.final_obs[self.first + i, t] = obs  # before the reset replaces it
-                    obs = self._reset_env(i, trial)
-            except Exception as exc:  # a broken env must not take the worker (and the run) down
-                obs, reward = self._recover_env(i, exc), 0.0
-                dones[i] = truncs[i] = 1.0  # cut the episode; bootstrap it like a time limit
-                failed.append(i)
-                if self.final_obs is not None:  # the step never happened: bootstrap from where it started
-                    self.final_obs[self.first + i, t] = obs_out[self.first + i, t]
-            rewards[i] = reward
-            obs_out[self.first + i, t + 1] = obs
+        rewards, dones, truncs, trials, failed = self._step_envs(actions, t)
         if failed or self.env_errors.any():
             ok = np.ones(n, dtype=bool)
             ok[failed] = False
@@ -257,9 +272,51 @@ class EnvRunner:
             # A new episode starts from the zero recurrent state.
             buf["rnn_states"][slots, t + 1][dones > 0] = 0.0
         self.t = t + 1
-        if self.t < self.cfg.rollout:
+        if self.t < self.cfg.rollout and self.alive.any():
             return self._requests()
         return self._finish_rollout()
+
+    def _step_envs(
+        self, actions: np.ndarray, t: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, dict], list[int]]:
+        """Step every env (whose episode runs) once; write the next observations at t + 1. Returns rewards, dones,
+        truncations, the trial infos of ended trials and the envs that failed."""
+        n = self.num_envs
+        rewards = np.empty(n, dtype=np.float32)
+        dones = np.zeros(n, dtype=np.float32)
+        truncs = np.zeros(n, dtype=np.float32)
+        obs_out = self.buf["obs"]
+        trials: dict[int, dict] = {}
+        failed: list[int] = []
+        for i, env in enumerate(self.envs):
+            if not self.alive[i]:  # episodic: its episode ended earlier in this rollout
+                rewards[i] = 0.0
+                obs_out[self.first + i, t + 1] = obs_out[self.first + i, t]
+                continue
+            try:
+                obs, reward, terminated, truncated, info = env.step(actions[i])
+                if terminated or truncated:
+                    dones[i] = 1.0
+                    truncs[i] = float(truncated and not terminated)
+                    trial = info.get("trial")
+                    if trial is not None:
+                        trials[i] = trial
+                    if self.final_obs is not None:
+                        self.final_obs[self.first + i, t] = obs  # before the reset replaces it
+                    if self.episodic:
+                        self.alive[i] = False
+                    else:
+                        obs = self._reset_env(i, trial)
+            except Exception as exc:  # a broken env must not take the worker (and the run) down
+                obs, reward = self._recover_env(i, exc), 0.0
+                dones[i] = truncs[i] = 1.0  # cut the episode; bootstrap it like a time limit
+                failed.append(i)
+                self.alive[i] = not self.episodic
+                if self.final_obs is not None:  # the step never happened: bootstrap from where it started
+                    self.final_obs[self.first + i, t] = obs_out[self.first + i, t]
+            rewards[i] = reward
+            obs_out[self.first + i, t + 1] = obs
+        return rewards, dones, truncs, trials, failed
 
     def _recover_env(self, i: int, exc: Exception) -> np.ndarray:
         """Log the error (once per distinct one), rebuild the env and return its first observation. More than
@@ -297,6 +354,10 @@ class EnvRunner:
             command = self.commands[self.first_env + i].tolist()  # the task schedule is none (verify_udrl)
             return self.envs[i].reset(seed=seed, options={"command": command})[0]
         if assigner is None:
+            task = int(self.assignments[self.first_env + i, TASK]) if self.episode_tasks is not None else FREE
+            if task != FREE:  # an episodic run's task, from the run's task table
+                task_family(self.envs[i]).set_task(self.episode_tasks[task])
+                self.env_task[i] = task
             return self.envs[i].reset(seed=seed)[0]
         if trial is not None:
             self.last_trial_return[i] = float(sum(trial["returns"]))
@@ -311,7 +372,8 @@ class EnvRunner:
         T = self.cfg.rollout
         self.next_obs = self.buf["obs"][slots, T].copy()
         self.next_rnn = self.buf["rnn_states"][slots, T].copy()
-        for i in np.flatnonzero((self.next_policy != self.env_policy) | (self.next_weights != self.env_weights)):
+        changed = (self.next_policy != self.env_policy) | (self.next_weights != self.env_weights)
+        for i in np.flatnonzero(changed & (not self.episodic)):  # episodic runs reset every env at the next start
             self._cut_episode(int(i))
         ready = []
         for p, envs in self.policy_envs.items():

@@ -98,9 +98,12 @@ def _mlp_layers(mlp: torch.nn.Sequential) -> list[tuple[np.ndarray, np.ndarray, 
 
 
 def _run(layers: list[tuple[np.ndarray, np.ndarray, Any]], x: np.ndarray) -> np.ndarray:
-    """An MLP's layers applied to x [..., in] (weights [in, out] or stacked [K, in, out] against x [K, rows, in])."""
+    """An MLP's layers applied to x [..., in] (weights [in, out] or stacked [K, in, out] against x [K, rows, in]); a
+    layer whose activation is None is linear."""
     for w, b, activation in layers:
-        x = activation(np.matmul(x, w) + b)
+        x = np.matmul(x, w) + b
+        if activation is not None:
+            x = activation(x)
     return x
 
 
@@ -412,11 +415,63 @@ class NumpySquashedGaussian:
         return NumpyActOutput(actions, log_probs.astype(np.float32), np.zeros(len(obs), np.float32), rnn_states)
 
 
+class NumpyGaussianMlp:
+    """MAML's policy (appo/algorithms/maml.py `MamlPolicy`) in numpy: mean = MLP(obs), state-independent std, and
+    a = mean + std * noise, the noise given (an episodic run's `action_noise`: the same episode wherever it runs) or
+    drawn from its own generator. The arithmetic is fixed (contiguous float32 rows, x @ W.T + b per layer), so a
+    row's actions depend only on that row and on the shape of the batch it is computed in."""
+
+    def __init__(self, model: torch.nn.Module, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.load(model)
+
+    @staticmethod
+    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
+        from appo.algorithms.maml import MamlPolicy
+
+        if torch.device(device).type != "cpu" or type(model) is not MamlPolicy:
+            return False
+        modules = list(model.mlp)
+        return _mlp_unsupported(torch.nn.Sequential(*modules[:-1]), "") is None and type(modules[-1]) is torch.nn.Linear
+
+    def load(self, model: torch.nn.Module) -> None:
+        """Copy the weights (call after every pull)."""
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"NumpyGaussianMlp cannot run {type(model).__qualname__}")
+        modules = list(model.mlp)
+        self.layers = [
+            (_f32(m.weight).T.copy(), _f32(m.bias), _ACTIVATIONS[type(a)] if a is not None else None)
+            for m, a in zip(modules[::2], [*modules[1::2], None], strict=True)
+        ]
+        self.log_std = _f32(model.log_std)
+        self.std = np.exp(self.log_std)
+
+    def mean(self, obs: np.ndarray) -> np.ndarray:
+        return _run(self.layers, np.ascontiguousarray(obs, dtype=np.float32))
+
+    def act(
+        self,
+        obs: np.ndarray,
+        rnn_states: np.ndarray | None = None,
+        deterministic: bool = False,
+        noise: np.ndarray | None = None,
+    ) -> NumpyActOutput:
+        """Actions [B, A] as sampled (the env runner clips what the env sees), their log-probs, zero values."""
+        mean = self.mean(obs)
+        if deterministic:
+            return NumpyActOutput(mean, np.zeros(len(obs), np.float32), np.zeros(len(obs), np.float32), rnn_states)
+        if noise is None:
+            noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
+        actions = (mean + self.std * noise).astype(np.float32)
+        log_probs = (-0.5 * np.square(noise) - self.log_std - HALF_LOG_2PI).sum(-1).astype(np.float32)
+        return NumpyActOutput(actions, log_probs, np.zeros(len(obs), np.float32), rnn_states)
+
+
 def make_numpy_policy(
     model: torch.nn.Module, device: str | torch.device, seed: int
-) -> NumpyPolicy | NumpySquashedGaussian | None:
+) -> NumpyPolicy | NumpySquashedGaussian | NumpyGaussianMlp | None:
     """The numpy pass that computes `model`'s act on `device`, or None (then the torch path acts)."""
-    for cls in (NumpyPolicy, NumpySquashedGaussian):
+    for cls in (NumpyPolicy, NumpySquashedGaussian, NumpyGaussianMlp):
         if cls.supports(model, device):
             return cls(model, seed)  # type: ignore[arg-type]
     return None

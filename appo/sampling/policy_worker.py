@@ -16,13 +16,20 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from appo.algorithms import is_episodic
 from appo.buffers import numpy_views
 from appo.cfg import Cfg, Derived
 from appo.learning.param_sync import ParamStore
 from appo.messages import ActionsReady, InferenceRequest, Stop
 from appo.model import make_model
 from appo.processes import component_main
-from appo.sampling.numpy_policy import NumpyPolicy, NumpyPolicyStack, NumpySquashedGaussian, make_numpy_policy
+from appo.sampling.numpy_policy import (
+    NumpyGaussianMlp,
+    NumpyPolicy,
+    NumpyPolicyStack,
+    NumpySquashedGaussian,
+    make_numpy_policy,
+)
 from appo.wiring import Queues, policy_queue, send
 from utils.timing import Timing
 
@@ -50,7 +57,7 @@ class PolicyWorker:
         self.policies = list(range(len(self.stores))) if isinstance(params, list) else [policy_id]
         self.models = [make_model(cfg, *spaces).to(device).eval() for _ in self.stores]
         self.versions = [-1] * len(self.stores)
-        self.fast: list[NumpyPolicy | NumpySquashedGaussian | None] = [
+        self.fast: list[NumpyPolicy | NumpySquashedGaussian | NumpyGaussianMlp | None] = [
             make_numpy_policy(m, device, cfg.seed * 1009 + policy_id * 101 + k + stream * 7919)
             if cfg.numpy_inference
             else None
@@ -61,6 +68,10 @@ class PolicyWorker:
         members = [f for f in self.fast if type(f) is NumpyPolicy]
         stackable = self.slot_policy is not None and len(members) == len(self.fast)
         self.stack = NumpyPolicyStack(members, cfg.seed * 1009 + 7 + stream * 7919) if stackable else None
+        # Episodic runs (MAML): one pass per request, so that a row's actions come from a batch of the same shape
+        # however requests happen to arrive (one worker or four give the same bits), acting with the rollout's noise.
+        self.per_request = is_episodic(cfg.algo)
+        self.has_noise = "action_noise" in self.np_buf
         self.timing = Timing()
         self.samples = 0
 
@@ -93,15 +104,16 @@ class PolicyWorker:
             spans = [(_slots(r), r.t) for r in requests]
             self._forward(0, spans, [r.num_envs for r in requests])
         else:
-            slots = np.concatenate([_slots_array(r) for r in requests])
-            ts = np.concatenate([np.full(r.num_envs, r.t) for r in requests])
-            owner = self.slot_policy[slots]
-            if self.stack is not None:
-                self._forward_stacked(slots, ts, owner)
-            else:
-                for k in np.unique(owner):
-                    mine = owner == k
-                    self._forward(int(k), [(slots[mine], ts[mine])], [int(mine.sum())])
+            for batch in [[r] for r in requests] if self.per_request else [requests]:
+                slots = np.concatenate([_slots_array(r) for r in batch])
+                ts = np.concatenate([np.full(r.num_envs, r.t) for r in batch])
+                owner = self.slot_policy[slots]
+                if self.stack is not None:
+                    self._forward_stacked(slots, ts, owner)
+                else:
+                    for k in np.unique(owner):
+                        mine = owner == k
+                        self._forward(int(k), [(slots[mine], ts[mine])], [int(mine.sum())])
         pid = self.policy_id
         return [ActionsReady(r.worker_idx, r.split_idx, r.first_slot, r.t, r.incarnation, pid) for r in requests]
 
@@ -118,7 +130,10 @@ class PolicyWorker:
             use_states = recurrent or fast is None
             rnn = np.concatenate([buf["rnn_states"][s, t] for s, t in spans]) if use_states else None
         with self.timing.add_time("forward"), torch.inference_mode():
-            if fast is not None:
+            if fast is not None and self.has_noise:
+                noise = np.concatenate([buf["action_noise"][s, t] for s, t in spans])
+                actions, log_probs, values, rnn_out = fast.act(obs, rnn, noise=noise)
+            elif fast is not None:
                 actions, log_probs, values, rnn_out = fast.act(obs, rnn)
             else:
                 out = self.models[k].act(torch.from_numpy(obs).to(self.device), torch.from_numpy(rnn).to(self.device))
@@ -169,8 +184,8 @@ def make_policy_workers(
     stream: int = 0,
 ) -> list[PolicyWorker]:
     """The policy-worker components that answer every request of a run: one serving all policies (shared
-    policy workers), else one per policy."""
-    if cfg.shared_policy_workers and cfg.num_policies > 1:
+    policy workers) or every weight set (more `params` than policies: an episodic run's), else one per policy."""
+    if (cfg.shared_policy_workers and cfg.num_policies > 1) or len(params) > cfg.num_policies:
         return [PolicyWorker(cfg, derived, 0, buffers, params, spaces, device, control, stream)]
     return [
         PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device, stream=stream)

@@ -1,5 +1,6 @@
-"""MAML-TRPO runs end to end (train_appo.py --algo=maml_trpo): the same seed gives bit-identical iterations with one
-sampler worker and with four, and a run stopped and resumed goes on as if it had not stopped; the meta-test runs
+"""MAML-TRPO runs end to end (train_appo.py --algo=maml_trpo) on the engine's actor workers: the same seed gives
+bit-identical iterations with one actor worker and with four, and a run stopped and resumed goes on as if it had
+not stopped; an actor worker killed mid-run is started again and the iterations do not change; the meta-test runs
 during training when enabled and logs undiscounted episode returns; a bad env is one line; the MuJoCo families run
 (half_cheetah_dir on its direction tasks)."""
 
@@ -77,6 +78,26 @@ def test_one_and_four_workers_and_a_resumed_run_give_identical_iterations(train_
     logged = [v for _, v in b["meta_test/return_step0"]]
     means = [float(np.load(four / "meta_test" / f"iter_{i}.npz")["returns"][0].mean()) for i in (1, 2)]
     assert logged == pytest.approx(means, rel=1e-6)
+
+
+def test_killed_actor_worker_is_started_again_and_the_iterations_do_not_change(train_dir: Path) -> None:
+    # SIGKILL to an actor worker of a running MAML run: the Supervisor starts it again, the tasks it held are run
+    # again from the same seeds, and every iteration is bit for bit that of a run nothing happened to.
+    from tests.integration.test_faults import _wait_for, find, finish, start
+
+    more = ["--env=navigation2d", "--num_workers=2", "--train_for_iterations=8", "--fast_batch_size=10"]
+    more += ["--max_episode_steps=60", f"--train_dir={train_dir}"]
+    proc = start([*TINY, *more, "--experiment=killed"])
+    log = train_dir / "killed" / "log.txt"
+    _wait_for(log, "iteration 2,", timeout=120)
+    find(proc, "appo:killed:actor_worker_1").kill()
+    out = finish(proc, timeout=240)
+    assert proc.returncode == 0, out[-3000:]
+    assert "actor_worker_1 killed by signal 9: starting it again" in log.read_text()
+    run_script("train_appo.py", [*TINY, *more, "--experiment=calm"], 240, True)
+    killed, calm = scalars(train_dir / "killed"), scalars(train_dir / "calm")
+    for tag in ("maml/return_pre", "maml/return_post", "maml/kl", "train/version"):
+        assert len(killed[tag]) == 8 and killed[tag] == calm[tag], (tag, killed[tag], calm[tag])
 
 
 def test_bad_env_is_one_line_naming_the_flag(train_dir: Path) -> None:

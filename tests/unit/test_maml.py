@@ -1,10 +1,13 @@
 """MAML-TRPO's math (appo/algorithms/maml.py, appo/learning/trpo.py): the second-order meta-gradient against finite
 differences in float64, the TRPO step's accept/reject contract, the cheap KL Hessian-vector product against the
-direct one, the baseline and GAE against plain loops, and the samplers' numpy policy against the torch one."""
+direct one, the baseline and GAE against plain loops, the actors' numpy policy against the torch one, and episodes
+sampled on the engine's actor workers (in-process)."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,11 +22,12 @@ from appo.algorithms.maml import (
     discounted_returns,
     flatten,
     gae,
+    make_policy,
     params_of,
     unflatten,
 )
 from appo.learning.trpo import conjugate_gradient, line_search
-from appo.sampling.maml_sampler import NumpyGaussianMlp
+from appo.sampling.numpy_policy import NumpyGaussianMlp
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -186,12 +190,20 @@ def test_adaptation_is_one_policy_gradient_step() -> None:
 def test_numpy_policy_equals_the_torch_policy() -> None:
     for nonlinearity in ("tanh", "relu"):
         model = MamlPolicy(4, 3, [7, 5], nonlinearity, -0.5)
-        shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
-        policy = NumpyGaussianMlp(flatten(params_of(model)).detach().numpy(), shapes, nonlinearity)
+        policy = NumpyGaussianMlp(model, seed=0)
         obs = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+        noise = np.random.default_rng(1).standard_normal((6, 3)).astype(np.float32)
         mean, log_std = model(torch.from_numpy(obs))
         np.testing.assert_allclose(policy.mean(obs), mean.detach().numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(policy.std, log_std.exp().detach().numpy(), rtol=1e-6)
+        actions, log_probs, _, _ = policy.act(obs, noise=noise)
+        expected = mean + log_std.exp() * torch.from_numpy(noise)
+        np.testing.assert_allclose(actions, expected.detach().numpy(), rtol=1e-5, atol=1e-6)
+        normal = torch.distributions.Normal(mean, log_std.exp())
+        reference = normal.log_prob(torch.from_numpy(actions)).sum(-1).detach().numpy()
+        np.testing.assert_allclose(log_probs, reference, rtol=1e-4, atol=1e-4)
+        # A row's actions do not depend on the other rows of its batch (the episodes are the same wherever run).
+        np.testing.assert_array_equal(policy.act(obs[:1].copy(), noise=noise[:1])[0][0], actions[0])
 
 
 @pytest.mark.parametrize(
@@ -201,7 +213,8 @@ def test_numpy_policy_equals_the_torch_policy() -> None:
         ("--ls_backtrack_ratio=1.5", "--ls_backtrack_ratio=1.5: must be in (0, 1)"),
         ("--maml_nonlinearity=sigmoid", "--maml_nonlinearity=sigmoid: must be one of tanh, relu"),
         ("--use_rnn=True", "--use_rnn=True: --algo=maml_trpo has a feed-forward policy only"),
-        ("--backend=ray", "--backend=ray: --algo=maml_trpo runs on local sampler workers only"),
+        ("--backend=ray", "--backend=ray: --algo=maml_trpo runs on local actor workers only"),
+        ("--actor_inference=False", "--actor_inference=False: --algo=maml_trpo acts in the actor workers"),
     ],
 )
 def test_bad_flags_are_one_line_naming_the_flag(flag: str, message: str, tmp_path: object) -> None:
@@ -222,28 +235,42 @@ def test_defaults_follow_the_references() -> None:
     assert (nav.task_schedule, nav.use_rnn) == ("none", False)  # the meta-RL preset's schedule and memory are off
 
 
+def serial_pool(cfg: Any, K: int, E: int, rows: int = 1) -> tuple[Any, Any, list[dict]]:
+    """An in-process ActorPool (one actor worker, one split of E envs) and its episode buffers for K rows, over the
+    run's task table (envs.run_tasks)."""
+    from appo.algorithms.maml_actors import ActorPool
+    from appo.algorithms.maml_hvp import allocate_buffers, episode_horizon
+    from envs import make_env, run_tasks
+
+    env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps)
+    spaces, T, tasks = (env.observation_space, env.action_space), episode_horizon(env), run_tasks(cfg, env)
+    env.close()
+    num_params = flatten(params_of(make_policy(cfg, *spaces))).numel()
+    buffers = allocate_buffers(K, E, T, spaces[0].shape[0], spaces[1].shape[0], num_params)
+    one = dataclasses.replace(cfg, serial_mode=True, num_workers=1, worker_num_splits=1, fast_batch_size=E)
+    pool = ActorPool(one, spaces, T, buffers, 1 + K, len(tasks))
+    pool.start()
+    return pool, buffers, tasks
+
+
 def sample_tasks(env: str, tasks: list[dict], T: int = 20) -> tuple[np.ndarray, np.ndarray]:
     """(rewards, actions) [tasks, E=2, T(, A)] of the same episodes (env seeds, action noise) of one fixed random
-    policy, run on each task in turn."""
+    policy, run on each task in turn on an in-process actor worker."""
     from appo.cfg import parse_cfg
-    from appo.sampling.maml_sampler import EpisodeSampler, allocate_buffers
 
-    cfg = parse_cfg(["--algo=maml_trpo", f"--env={env}", f"--max_episode_steps={T}"])
-    probe = EpisodeSampler(cfg, 1, None, [])  # type: ignore[arg-type]
-    obs_dim, act_dim = probe.envs[0].observation_space.shape[0], probe.envs[0].action_space.shape[0]
-    probe.close()
+    cfg = parse_cfg(["--algo=maml_trpo", f"--env={env}", f"--max_episode_steps={T}", "--maml_mlp_layers", "8"])
+    pool, buffers, _ = serial_pool(cfg, 1, 2)
     torch.manual_seed(0)
-    model = MamlPolicy(obs_dim, act_dim, [8], "tanh", 0.0)
-    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
-    buffers = allocate_buffers(1, 2, T, obs_dim, act_dim, flatten(params_of(model)).numel())
-    sampler = EpisodeSampler(cfg, 2, buffers, shapes)
-    policy = NumpyGaussianMlp(flatten(params_of(model)).detach().numpy(), shapes, "tanh")
+    pool.publish(0, params_of(make_policy(cfg, *pool.spaces)))
     rewards, actions = [], []
-    for task in tasks:
-        sampler.sample_row(0, 0, 0, 0, task, policy)
-        rewards.append(buffers.rewards[0][0].numpy().copy())
-        actions.append(buffers.actions[0][0].numpy().copy())
-    sampler.close()
+    try:
+        for task in tasks:
+            pool.actors[0].runners[0].episode_tasks[0] = task  # row 0 of the actor's task table: this task
+            pool.sample(0, 0, 0, [0], [0])
+            rewards.append(buffers.rewards[0][0].numpy().copy())
+            actions.append(buffers.actions[0][0].numpy().copy())
+    finally:
+        pool.close()
     return np.stack(rewards), np.stack(actions)
 
 
@@ -254,37 +281,37 @@ def test_navigation_tasks_differ() -> None:
     assert np.abs(rewards[0] - rewards[1]).max() > 0.1
 
 
-def test_sampler_workers_hvp_equals_the_learners_bit_for_bit() -> None:
-    # The driver averages the tasks' products that the sampler workers computed (each for the rows it was sent);
+def test_hvp_helpers_equal_the_learners_bit_for_bit() -> None:
+    # The driver averages the tasks' products that the helper processes computed (each for the rows it was sent);
     # whatever the split, the result must be the learner's own product, bit for bit (1 vs 4 workers, serial mode).
+    # The episodes come from an in-process actor worker, as in a run.
     from appo.algorithms.maml import mean_in_order
-    from appo.algorithms.maml_run import SamplerPool
+    from appo.algorithms.maml_hvp import HvpHelper
     from appo.cfg import parse_cfg
-    from appo.messages import HvpRequest, SampleEpisodes
-    from appo.sampling.maml_sampler import EpisodeSampler, allocate_buffers
+    from appo.messages import HvpRequest
 
     cfg = parse_cfg(["--algo=maml_trpo", "--env=navigation2d", "--max_episode_steps=15", "--maml_mlp_layers", "8"])
-    torch.manual_seed(0)
-    model = MamlPolicy(2, 2, [8], "tanh", 0.0)
-    learner = MamlTrpo(cfg, model)
-    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
     K, E = 3, 4
-    buffers = allocate_buffers(K, E, 15, 2, 2, flatten(params_of(model)).numel())
-    sampler = EpisodeSampler(cfg, E, buffers, shapes)
-    tasks = tuple({"goal_x": 0.1 * k, "goal_y": -0.2 * k} for k in range(K))
-    buffers.weights[0] = flatten(params_of(model)).detach()
-    sampler.on_sample(SampleEpisodes(0, 0, 0, tuple(range(K)), tasks, (0,) * K))
-    pool = SamplerPool.__new__(SamplerPool)  # only its episode reader
-    pool.buffers = buffers
-    train = pool.episodes(0, K)
-    for k in range(K):
-        buffers.weights[1 + k] = flatten(learner.adapted(train.task(k))).float()
-    sampler.on_sample(SampleEpisodes(1, 1, 0, tuple(range(K)), tasks, tuple(1 + k for k in range(K))))
-    valid = pool.episodes(1, K)
+    pool, buffers, _ = serial_pool(cfg, K, E)
+    torch.manual_seed(0)
+    model = make_policy(cfg, *pool.spaces)
+    learner = MamlTrpo(cfg, model)
+    try:
+        buffers.weights[0] = flatten(params_of(model)).detach()
+        pool.publish(0, params_of(model))
+        pool.sample(0, 0, 0, list(range(K)), [0] * K)
+        train = buffers.episodes(0, K)
+        assert (train.mask.sum(-1) > 0).all() and not torch.equal(train.rewards[0], train.rewards[1])
+        for k in range(K):
+            pool.publish(1 + k, learner.adapted(train.task(k)))
+        pool.sample(1, 1, 0, list(range(K)), [1 + k for k in range(K)])
+        valid = buffers.episodes(1, K)
+    finally:
+        pool.close()
     v = torch.randn(buffers.hvp_in.shape, generator=torch.Generator().manual_seed(1))
     expected = learner.kl_hvp(learner.task_batches(train, valid))(v)
     buffers.hvp_in.copy_(v)
-    for rows in ((0, 2), (1,)):  # two workers' shares
-        sampler.on_hvp(HvpRequest(0, 1, rows))
-    sampler.close()
+    helper = HvpHelper(cfg, buffers, pool.spaces)
+    for rows in ((0, 2), (1,)):  # two helpers' shares
+        helper.on_hvp(HvpRequest(0, 1, rows))
     assert torch.equal(mean_in_order(buffers.hvp_out[:K].clone()), expected)

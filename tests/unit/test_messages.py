@@ -37,13 +37,11 @@ ROUTES: list[tuple[Any, Callable[[Any], Any]]] = [
 ]
 # Stop: runner.shutdown puts it on each inbox and queue directly. ShardReady: learner rank 0 puts it on the inbox
 # of each other rank of its policy (appo/learning/distributed.py RankLink), outside the run's wiring.
-# SampleEpisodes / EpisodesReady / HvpRequest / HvpReady: the MAML driver's own queues to and from its sampler workers
-# (appo/algorithms/maml_run.py SamplerPool).
+# HvpRequest / HvpReady: the MAML driver's own queues to and from its Hessian-vector-product helpers
+# (appo/algorithms/maml_hvp.py HvpPool).
 UNROUTED = [
     m.Stop("driver"),
     m.ShardReady(1, 2, 7, (16, 17, 18), 4096),
-    m.SampleEpisodes(1, 0, 3, (0, 2), ({"goal_x": 0.1, "goal_y": -0.2}, {"goal_x": 0.3, "goal_y": 0.0}), (1, 3)),
-    m.EpisodesReady(1, 1, (0, 2)),
     m.HvpRequest(4, 2, (1, 3)),
     m.HvpReady(1, 2),
 ]
