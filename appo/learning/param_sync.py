@@ -32,7 +32,17 @@ class ParamStore:
             self.sequence += 1
 
     def current_version(self) -> int:
-        return int(self.version[0])
+        # Read through a numpy view of the shared counter: a policy worker asks every store at each step (an
+        # episodic run has dozens of weight sets), and torch indexing costs microseconds a call.
+        view = self.__dict__.get("_version_view")
+        if view is None:
+            view = self._version_view = self.version.numpy()
+        return int(view[0])
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_version_view", None)  # a numpy view would be pickled as a copy, not the shared counter
+        return state
 
     def pull(self, model: nn.Module, patience: float = 5.0) -> int:
         """Load the published weights into `model` (on any device); returns their version. Copies again when
