@@ -11,8 +11,8 @@ sigmoid, their product (the command gates the state's features) -> relu MLP (--c
 Until the learner's first gradient step (`updates == 0`, a buffer published with the weights) `act` draws
 uniformly random actions: UDRL's warm-up episodes, decided by the weights the actors hold. `command` (a buffer,
 unscaled: desired return, horizon) is the learner's latest exploration command; it travels with the weights to
-checkpoints, so enjoy.py can play it. Acting in the actor workers goes through torch (numpy_policy does not
-compute this model)."""
+checkpoints, so enjoy.py can play it. The actor workers act with the same function in numpy
+(appo/sampling/numpy_policy.py NumpyCommandPolicy)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ def run_seed(train_dir: Path, seed: int, iterations: int, extra: list[str]) -> d
     cmd += [f"--train_dir={train_dir}", f"--experiment={name}", f"--seed={seed}"]
     cmd += [f"--train_for_iterations={iterations}", "--meta_test_interval=0", *extra]
     print(" ".join(cmd[1:]), flush=True)
+    shutil.rmtree(train_dir / name, ignore_errors=True)  # a run left from before would resume, not start afresh
     began = time.monotonic()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.monotonic() - began

@@ -272,7 +272,7 @@ class EnvRunner:
             # A new episode starts from the zero recurrent state.
             buf["rnn_states"][slots, t + 1][dones > 0] = 0.0
         self.t = t + 1
-        if self.t < self.cfg.rollout and self.alive.any():
+        if self.t < self.cfg.rollout and (not self.episodic or self.alive.any()):
             return self._requests()
         return self._finish_rollout()
 
@@ -288,8 +288,9 @@ class EnvRunner:
         obs_out = self.buf["obs"]
         trials: dict[int, dict] = {}
         failed: list[int] = []
+        episodic, alive = self.episodic, self.alive
         for i, env in enumerate(self.envs):
-            if not self.alive[i]:  # episodic: its episode ended earlier in this rollout
+            if episodic and not alive[i]:  # its episode ended earlier in this rollout
                 rewards[i] = 0.0
                 obs_out[self.first + i, t + 1] = obs_out[self.first + i, t]
                 continue

@@ -12,8 +12,9 @@ buffer) and resets it at episode ends, as for the torch path.
 Only exactly `ActorCritic` with exactly a `GRUCell` or `LSTMCell` core (or none) is supported
 (`NumpyPolicy.supports`): a subclass or another registered model may compute anything, and running it as this
 network would act with a different policy than the one being trained without any error. SAC's
-`SquashedGaussianActor` has its own numpy pass (`NumpySquashedGaussian`); `make_numpy_policy` picks the one that
-fits. Other models and GPU policy workers keep the torch path.
+`SquashedGaussianActor` has its own numpy pass (`NumpySquashedGaussian`), and so do MAML's `MamlPolicy`
+(`NumpyGaussianMlp`) and UDRL's and RCP's `CommandPolicy` (`NumpyCommandPolicy`); `make_numpy_policy` picks the one
+that fits. Other models and GPU policy workers keep the torch path.
 """
 
 from __future__ import annotations
@@ -467,11 +468,73 @@ class NumpyGaussianMlp:
         return NumpyActOutput(actions, log_probs, np.zeros(len(obs), np.float32), rnn_states)
 
 
-def make_numpy_policy(
-    model: torch.nn.Module, device: str | torch.device, seed: int
-) -> NumpyPolicy | NumpySquashedGaussian | NumpyGaussianMlp | None:
+class NumpyCommandPolicy:
+    """`CommandPolicy.act` in numpy (UDRL's and RCP's behaviour function, appo/command_policy.py): the state's layer
+    (tanh or sigmoid) gated by the sigmoid of the command's, the relu trunk, a categorical or a Gaussian head with a
+    state-independent log-std; uniformly random actions while the weights have had no update (the warm-up: bounded
+    Box dims uniform in the box, unbounded ones N(0, 1), zero log-probs; Discrete uniform, log-prob -log n); the
+    mode when deterministic. Same interface as NumpyPolicy."""
+
+    def __init__(self, model: torch.nn.Module, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.load(model)
+
+    @staticmethod
+    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
+        from appo.command_policy import CommandPolicy
+
+        if torch.device(device).type != "cpu" or type(model) is not CommandPolicy:
+            return False
+        return len(model.trunk) == 0 or _mlp_unsupported(model.trunk, "the trunk") is None
+
+    def load(self, model: torch.nn.Module) -> None:
+        """Copy the weights (call after every pull)."""
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"NumpyCommandPolicy cannot run {type(model).__qualname__}")
+        self.state_dims = model.state_dims
+        self.state_layer = [(_f32(model.state_layer.weight).T.copy(), _f32(model.state_layer.bias), None)]
+        self.command_layer = [(_f32(model.command_layer.weight).T.copy(), _f32(model.command_layer.bias), None)]
+        self.state_activation = np.tanh if model.state_activation is torch.tanh else _sigmoid
+        self.trunk = _mlp_layers(model.trunk) if len(model.trunk) else []
+        self.head = [(_f32(model.head.weight).T.copy(), _f32(model.head.bias), None)]
+        self.is_discrete = model.is_discrete
+        self.is_warmup = int(model.updates) == 0
+        if self.is_discrete:
+            self.num_actions = model.num_actions
+        else:
+            self.log_std = _f32(model.log_std)
+            self.std = np.exp(self.log_std)
+            self.log_prob_const = float(self.log_std.sum()) + HALF_LOG_2PI * self.log_std.size
+            self.low, self.high = _f32(model.low), _f32(model.high)
+
+    def act(self, obs: np.ndarray, rnn_states: np.ndarray | None = None, deterministic: bool = False) -> NumpyActOutput:
+        """Actions [B, A] or [B, 1], their log-probs [B], zero values, `rnn_states` passed through."""
+        B = len(obs)
+        zeros = np.zeros(B, dtype=np.float32)
+        if self.is_warmup and not deterministic:
+            if self.is_discrete:
+                actions = self.rng.integers(self.num_actions, size=(B, 1), dtype=np.int64)
+                return NumpyActOutput(actions, np.full(B, -np.log(self.num_actions), np.float32), zeros, rnn_states)
+            bounded = np.isfinite(self.low) & np.isfinite(self.high)
+            span = np.where(bounded, self.high - self.low, 0.0)
+            uniform = np.where(bounded, self.low, 0.0) + span * self.rng.random((B, len(self.low)), dtype=np.float32)
+            normal = self.rng.standard_normal((B, len(self.low)), dtype=np.float32)
+            return NumpyActOutput(np.where(bounded, uniform, normal).astype(np.float32), zeros, zeros, rnn_states)
+        x = obs.reshape(B, -1).astype(np.float32, copy=False)
+        state, command = x[:, : self.state_dims], x[:, self.state_dims :]
+        h = self.state_activation(_run(self.state_layer, state)) * _sigmoid(_run(self.command_layer, command))
+        params = _run(self.head, _run(self.trunk, h))
+        std = None if self.is_discrete else self.std
+        const = 0.0 if self.is_discrete else self.log_prob_const
+        return NumpyActOutput(*_sample(self.rng, params, zeros, std, const, deterministic), rnn_states)
+
+
+FastPolicy = NumpyPolicy | NumpySquashedGaussian | NumpyGaussianMlp | NumpyCommandPolicy
+
+
+def make_numpy_policy(model: torch.nn.Module, device: str | torch.device, seed: int) -> FastPolicy | None:
     """The numpy pass that computes `model`'s act on `device`, or None (then the torch path acts)."""
-    for cls in (NumpyPolicy, NumpySquashedGaussian, NumpyGaussianMlp):
+    for cls in (NumpyPolicy, NumpySquashedGaussian, NumpyGaussianMlp, NumpyCommandPolicy):
         if cls.supports(model, device):
             return cls(model, seed)  # type: ignore[arg-type]
     return None

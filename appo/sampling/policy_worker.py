@@ -23,13 +23,7 @@ from appo.learning.param_sync import ParamStore
 from appo.messages import ActionsReady, InferenceRequest, Stop
 from appo.model import make_model
 from appo.processes import component_main
-from appo.sampling.numpy_policy import (
-    NumpyGaussianMlp,
-    NumpyPolicy,
-    NumpyPolicyStack,
-    NumpySquashedGaussian,
-    make_numpy_policy,
-)
+from appo.sampling.numpy_policy import FastPolicy, NumpyPolicy, NumpyPolicyStack, make_numpy_policy
 from appo.wiring import Queues, policy_queue, send
 from utils.timing import Timing
 
@@ -57,7 +51,7 @@ class PolicyWorker:
         self.policies = list(range(len(self.stores))) if isinstance(params, list) else [policy_id]
         self.models = [make_model(cfg, *spaces).to(device).eval() for _ in self.stores]
         self.versions = [-1] * len(self.stores)
-        self.fast: list[NumpyPolicy | NumpySquashedGaussian | NumpyGaussianMlp | None] = [
+        self.fast: list[FastPolicy | None] = [
             make_numpy_policy(m, device, cfg.seed * 1009 + policy_id * 101 + k + stream * 7919)
             if cfg.numpy_inference
             else None

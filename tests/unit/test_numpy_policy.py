@@ -191,3 +191,47 @@ def test_a_stack_acts_with_each_envs_own_policy(discrete):
     before = values[owner == 0]
     stack.restack()
     np.testing.assert_allclose(stack.act(obs, owner)[2][owner == 0], before + 1.0, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("discrete", "algo"), [(True, "udrl"), (False, "udrl"), (True, "rcp_r"), (False, "rcp_a")])
+def test_command_policy_matches_torch(discrete, algo):
+    """UDRL's and RCP's CommandPolicy acts in the actor workers in numpy: the torch model's mode, log-probs the torch
+    distribution agrees with, samples from its distribution, and the warm-up's uniform actions before any update."""
+    from appo.cfg import parse_cfg
+    from appo.command_policy import CommandPolicy
+    from appo.sampling.numpy_policy import NumpyCommandPolicy, make_numpy_policy
+
+    cfg = parse_cfg([f"--algo={algo}", "--env=CartPole-v1"])
+    action_space = gym.spaces.Discrete(4) if discrete else gym.spaces.Box(-1, 1, (3,), np.float32)
+    torch.manual_seed(5)
+    model = make_model(cfg, OBS, action_space).eval()
+    assert type(model) is CommandPolicy
+    warm = make_numpy_policy(model, "cpu", seed=6)
+    assert type(warm) is NumpyCommandPolicy
+    obs = (np.random.default_rng(7).standard_normal((48, 5)) * 2).astype(np.float32)
+    actions, log_probs, values, _ = warm.act(obs)  # no update yet: uniform actions
+    if discrete:
+        assert actions.shape == (48, 1) and set(np.unique(actions)) <= {0, 1, 2, 3}
+        np.testing.assert_allclose(log_probs, -np.log(4.0), rtol=1e-6)
+    else:
+        assert actions.shape == (48, 3) and (np.abs(actions) <= 1).all() and actions.std() > 0.4
+        assert (log_probs == 0).all()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+        model.updates.fill_(1)
+    fast = NumpyCommandPolicy(model, seed=8)
+    actions, log_probs, values, _ = fast.act(obs)
+    assert (values == 0).all() and log_probs.shape == (48,)
+    with torch.no_grad():
+        dist = model.distribution(torch.from_numpy(obs))
+        taken = torch.from_numpy(actions[:, 0] if discrete else actions)
+        np.testing.assert_allclose(log_probs, dist.log_prob(taken).numpy(), rtol=1e-4, atol=1e-4)
+        mode = model.act(torch.from_numpy(obs), torch.zeros(48, 1), deterministic=True).actions.numpy()
+    np.testing.assert_allclose(fast.act(obs, deterministic=True)[0], mode, rtol=1e-5, atol=1e-5)
+    many = fast.act(np.repeat(obs[:1], 40000, axis=0))[0]
+    if discrete:
+        freq = np.bincount(many[:, 0], minlength=4) / len(many)
+        np.testing.assert_allclose(freq, dist.probs[0].numpy(), atol=0.01)
+    else:
+        np.testing.assert_allclose(many.mean(0), dist.mean[0].numpy(), atol=0.05)
