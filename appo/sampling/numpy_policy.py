@@ -364,23 +364,32 @@ def _sample(
     return actions.astype(np.float32), log_probs.astype(np.float32), values.astype(np.float32)
 
 
-class NumpySquashedGaussian:
+class _NumpyPass:
+    """A numpy pass of one model class (below): its own seeded generator for sampling, the weights copied by `load`
+    (again after every pull)."""
+
+    def __init__(self, model: torch.nn.Module, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.load(model)
+
+    def load(self, model: torch.nn.Module) -> None:
+        raise NotImplementedError
+
+
+def _on_cpu_exactly(model: torch.nn.Module, device: str | torch.device, cls: type) -> bool:
+    """Whether `model` is exactly a `cls` (a subclass may compute anything) and acts on the CPU."""
+    return torch.device(device).type == "cpu" and type(model) is cls
+
+
+class NumpySquashedGaussian(_NumpyPass):
     """`SquashedGaussianActor.act` in numpy (SAC's actor): relu trunk, mean and log-std heads (the log-std squashed
     into its range as in torch), a = tanh(mean + std * noise) scaled to the env's box, with the tanh-corrected
     log-prob. Uniform random actions while the weights have had no update (`updates == 0`: the warm-up of
     --learning_starts); deterministic acting is tanh(mean). Same interface as NumpyPolicy."""
 
-    def __init__(self, model: SquashedGaussianActor, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.load(model)
-
     @staticmethod
     def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
-        return (
-            torch.device(device).type == "cpu"
-            and type(model) is SquashedGaussianActor
-            and _mlp_unsupported(model.trunk, "the trunk") is None
-        )
+        return _on_cpu_exactly(model, device, SquashedGaussianActor) and _mlp_unsupported(model.trunk, "") is None
 
     def load(self, model: SquashedGaussianActor) -> None:
         """Copy the weights (call after every pull)."""
@@ -416,21 +425,17 @@ class NumpySquashedGaussian:
         return NumpyActOutput(actions, log_probs.astype(np.float32), np.zeros(len(obs), np.float32), rnn_states)
 
 
-class NumpyGaussianMlp:
+class NumpyGaussianMlp(_NumpyPass):
     """MAML's policy (appo/algorithms/maml.py `MamlPolicy`) in numpy: mean = MLP(obs), state-independent std, and
     a = mean + std * noise, the noise given (an episodic run's `action_noise`: the same episode wherever it runs) or
     drawn from its own generator. The arithmetic is fixed (contiguous float32 rows, x @ W.T + b per layer), so a
     row's actions depend only on that row and on the shape of the batch it is computed in."""
 
-    def __init__(self, model: torch.nn.Module, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.load(model)
-
     @staticmethod
     def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
         from appo.algorithms.maml import MamlPolicy
 
-        if torch.device(device).type != "cpu" or type(model) is not MamlPolicy:
+        if not _on_cpu_exactly(model, device, MamlPolicy):
             return False
         modules = list(model.mlp)
         return _mlp_unsupported(torch.nn.Sequential(*modules[:-1]), "") is None and type(modules[-1]) is torch.nn.Linear
@@ -468,22 +473,18 @@ class NumpyGaussianMlp:
         return NumpyActOutput(actions, log_probs, np.zeros(len(obs), np.float32), rnn_states)
 
 
-class NumpyCommandPolicy:
+class NumpyCommandPolicy(_NumpyPass):
     """`CommandPolicy.act` in numpy (UDRL's and RCP's behaviour function, appo/command_policy.py): the state's layer
     (tanh or sigmoid) gated by the sigmoid of the command's, the relu trunk, a categorical or a Gaussian head with a
     state-independent log-std; uniformly random actions while the weights have had no update (the warm-up: bounded
     Box dims uniform in the box, unbounded ones N(0, 1), zero log-probs; Discrete uniform, log-prob -log n); the
     mode when deterministic. Same interface as NumpyPolicy."""
 
-    def __init__(self, model: torch.nn.Module, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.load(model)
-
     @staticmethod
     def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
         from appo.command_policy import CommandPolicy
 
-        if torch.device(device).type != "cpu" or type(model) is not CommandPolicy:
+        if not _on_cpu_exactly(model, device, CommandPolicy):
             return False
         return len(model.trunk) == 0 or _mlp_unsupported(model.trunk, "the trunk") is None
 
