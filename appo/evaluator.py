@@ -4,6 +4,11 @@ envs: one trial on each held-out test task, with the recurrent state carried acr
 episodes; the mean return by episode index is the adaptation curve (meta_test/* summaries); then the
 same trials with sampled actions (meta_test_sampled/return_ep*).
 
+On the CPU with --numpy_inference the evaluator acts with the numpy pass of its model (the actor workers' own,
+appo/sampling/numpy_policy.py; a torch forward pass of one observation costs several times the step of a MuJoCo
+env, and the meta-test of a task family runs thousands of them on the cores the actors step on); other models keep
+torch. Sampled meta-test actions come from a generator seeded by (seed, weights version) either way.
+
 `Evaluator` is the component (called directly in --serial_mode); `run_evaluator` the process shell,
 which serves EvalRequests from the driver.
 """
@@ -23,15 +28,17 @@ from appo.learning.param_sync import ParamStore
 from appo.messages import EvalReport, EvalRequest, Stop
 from appo.model import ActorCritic, make_model
 from appo.processes import component_main
+from appo.sampling.numpy_policy import FastPolicy, make_numpy_policy
 from appo.wiring import Queues, send
 from envs import make_run_env
 
 
-def env_action(actions: torch.Tensor, space: gym.Space) -> Any:
+def env_action(actions: torch.Tensor | np.ndarray, space: gym.Space) -> Any:
     """The action an env takes from the model's [1, A] (or [1, 1] discrete) output; Box actions clipped."""
     if isinstance(space, gym.spaces.Discrete):
         return int(actions[0, 0])
-    return np.clip(actions[0].numpy().reshape(space.shape), space.low, space.high)
+    first = actions[0].numpy() if isinstance(actions, torch.Tensor) else actions[0]
+    return np.clip(first.reshape(space.shape), space.low, space.high)
 
 
 def run_episode(
@@ -41,19 +48,25 @@ def run_episode(
     deterministic: bool = True,
     seed: int | None = None,
     on_frame: Callable[[], None] | None = None,
+    fast: FastPolicy | None = None,
 ) -> tuple[float, int, dict]:
     """One engine episode (a whole trial for task envs) from reset to its end: (return, length, last info).
-    `on_frame` is called after the reset and after every step (video recording)."""
+    `on_frame` is called after the reset and after every step (video recording). `fast`: the numpy pass of `model`
+    (its weights loaded) to act with instead of torch."""
     obs, _ = env.reset(seed=seed)
     if on_frame is not None:
         on_frame()
     rnn = torch.zeros(1, state_size)
+    states = np.zeros((1, state_size), dtype=np.float32) if getattr(model, "core", None) is not None else None
     total, length = 0.0, 0
     while True:
-        with torch.inference_mode():
-            out = model.act(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), rnn, deterministic)
-        rnn = out.rnn_states
-        obs, reward, terminated, truncated, info = env.step(env_action(out.actions, env.action_space))
+        if fast is not None:
+            actions, _, _, states = fast.act(np.asarray(obs, dtype=np.float32)[None], states, deterministic)
+        else:
+            with torch.inference_mode():
+                out = model.act(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), rnn, deterministic)
+            rnn, actions = out.rnn_states, out.actions
+        obs, reward, terminated, truncated, info = env.step(env_action(actions, env.action_space))
         total += float(reward)
         length += 1
         if on_frame is not None:
@@ -66,16 +79,19 @@ class Evaluator:
     def __init__(self, cfg: Cfg, spaces: tuple[gym.Space, gym.Space], params: list[ParamStore]) -> None:
         self.cfg, self.params = cfg, params
         self.model = make_model(cfg, *spaces).eval()
+        self.fast = make_numpy_policy(self.model, "cpu", cfg.seed) if cfg.numpy_inference else None
         self.state_size = rnn_state_size(cfg)
         self.is_meta = cfg.task_schedule != "none"
         self.env = make_run_env(cfg, split="test" if self.is_meta else "train")
 
     def evaluate(self, request: EvalRequest) -> EvalReport:
         version = self.params[request.policy_id].pull(self.model)
+        if self.fast is not None:
+            self.fast.load(self.model)
         if self.is_meta:
             return self._meta_test(request, version)
         episodes = [
-            run_episode(self.env, self.model, self.state_size, seed=self.cfg.seed + 10_000 + i)
+            run_episode(self.env, self.model, self.state_size, seed=self.cfg.seed + 10_000 + i, fast=self.fast)
             for i in range(self.cfg.eval_episodes)
         ]
         returns = np.array([e[0] for e in episodes])
@@ -97,6 +113,8 @@ class Evaluator:
         by_episode = np.array([t["returns"] for t in trials])  # [tasks, episodes_per_trial]
         # The same tasks with sampled actions: a policy may need its noise to search within a trial (issue 19).
         torch.manual_seed(self.cfg.seed + version)
+        if self.fast is not None:
+            self.fast.rng = np.random.default_rng(self.cfg.seed + version)
         stochastic = np.array([t["returns"] for t in self._trials(deterministic=False)])
         totals = by_episode.sum(axis=1)
         lengths = [sum(t["lengths"]) for t in trials]
@@ -117,9 +135,9 @@ class Evaluator:
         schedule = self.env.schedule
         schedule.index = 0
         return [
-            run_episode(self.env, self.model, self.state_size, deterministic, seed=self.cfg.seed + 20_000 + i)[2][
-                "trial"
-            ]
+            run_episode(
+                self.env, self.model, self.state_size, deterministic, self.cfg.seed + 20_000 + i, None, self.fast
+            )[2]["trial"]
             for i in range(len(schedule.tasks))
         ]
 
