@@ -39,8 +39,12 @@ class MetaTaskWrapper(gym.Wrapper):
         self.visibility = visibility
         self.task_keys = sorted(self.family.get_task())
         base = env.observation_space
-        extra = _action_width(env.action_space) + 2 if visibility == "hidden" else len(self.task_keys)
-        size = int(np.prod(base.shape)) + extra
+        # Fixed per env, so the per-step augmentation only copies (it runs at every step of every actor's env).
+        self.obs_size = int(np.prod(base.shape))
+        self.action_width = _action_width(env.action_space)
+        self.is_discrete = isinstance(env.action_space, gym.spaces.Discrete)
+        extra = self.action_width + 2 if visibility == "hidden" else len(self.task_keys)
+        size = self.obs_size + extra
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
         self.task: Task = self.family.get_task()
         self.last_trial_return: float | None = None
@@ -48,19 +52,22 @@ class MetaTaskWrapper(gym.Wrapper):
         self.lengths: list[int] = []
 
     def _augment(self, obs: np.ndarray, action: Any, reward: float, inner_done: bool) -> np.ndarray:
-        flat = np.asarray(obs, dtype=np.float32).ravel()
+        """[obs, then the task (visible) or the previous action (one-hot if discrete), reward and inner done]."""
+        out = np.empty(self.observation_space.shape[0], dtype=np.float32)
+        n = self.obs_size
+        out[:n] = np.asarray(obs).reshape(-1)
         if self.visibility == "visible":
-            extra = np.array([self.task[k] for k in self.task_keys], dtype=np.float32)
-        elif isinstance(self.env.action_space, gym.spaces.Discrete):
-            extra = np.zeros(self.env.action_space.n + 2, dtype=np.float32)
-            if action is not None:
-                extra[int(action)] = 1.0
-            extra[-2:] = (reward, float(inner_done))
-        else:
-            width = _action_width(self.env.action_space)
-            prev = np.zeros(width, np.float32) if action is None else np.asarray(action, np.float32).ravel()
-            extra = np.concatenate([prev, np.array([reward, float(inner_done)], dtype=np.float32)])
-        return np.concatenate([flat, extra])
+            out[n:] = [self.task[k] for k in self.task_keys]
+            return out
+        out[n : n + self.action_width] = 0.0
+        if action is not None:
+            if self.is_discrete:
+                out[n + int(action)] = 1.0
+            else:
+                out[n : n + self.action_width] = np.asarray(action).reshape(-1)
+        out[-2] = reward
+        out[-1] = float(inner_done)
+        return out
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         """Start a new trial on `options["task"]`: in a run the actor's EnvRunner chooses every trial's task
