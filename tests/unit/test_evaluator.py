@@ -13,7 +13,7 @@ import torch
 from appo.cfg import parse_cfg
 from appo.evaluator import Evaluator
 from appo.learning.param_sync import ParamStore
-from appo.messages import EvalRequest
+from appo.messages import EvalReport, EvalRequest
 from appo.model import make_model
 from appo.sampling.numpy_policy import NumpyPolicy
 from envs import make_run_env
@@ -21,8 +21,9 @@ from envs import make_run_env
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def evaluators(args: list[str]) -> tuple[Evaluator, Evaluator]:
-    """An evaluator acting in numpy and one acting in torch, both reading one store of random weights."""
+def evaluate_both(args: list[str]) -> tuple[EvalReport, EvalReport]:
+    """One evaluation by an evaluator acting in numpy and one by an evaluator acting in torch, both reading one
+    store of random weights."""
     cfg = parse_cfg(args)
     env = make_run_env(cfg)
     spaces = (env.observation_space, env.action_space)
@@ -37,16 +38,15 @@ def evaluators(args: list[str]) -> tuple[Evaluator, Evaluator]:
     fast = Evaluator(cfg, spaces, [store])
     slow = Evaluator(dataclasses.replace(cfg, numpy_inference=False), spaces, [store])
     assert type(fast.fast) is NumpyPolicy and slow.fast is None
-    return fast, slow
-
-
-def test_meta_test_of_a_recurrent_policy_is_the_same_in_numpy_and_torch() -> None:
-    fast, slow = evaluators(["--env=navigation2d", "--num_test_tasks=4"])
     try:
-        a, b = fast.evaluate(EvalRequest(0, 100)), slow.evaluate(EvalRequest(0, 100))
+        return fast.evaluate(EvalRequest(0, 100)), slow.evaluate(EvalRequest(0, 100))
     finally:
         fast.close()
         slow.close()
+
+
+def test_meta_test_of_a_recurrent_policy_is_the_same_in_numpy_and_torch() -> None:
+    a, b = evaluate_both(["--env=navigation2d", "--num_test_tasks=4"])
     assert a.version == b.version == 7
     np.testing.assert_allclose(a.task_returns, b.task_returns, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(a.returns_by_episode, b.returns_by_episode, rtol=1e-4, atol=1e-3)
@@ -58,11 +58,6 @@ def test_meta_test_of_a_recurrent_policy_is_the_same_in_numpy_and_torch() -> Non
 
 
 def test_evaluation_of_a_plain_env_is_the_same_in_numpy_and_torch() -> None:
-    fast, slow = evaluators(["--env=Pendulum-v1", "--eval_episodes=2"])
-    try:
-        a, b = fast.evaluate(EvalRequest(0, 100)), slow.evaluate(EvalRequest(0, 100))
-    finally:
-        fast.close()
-        slow.close()
+    a, b = evaluate_both(["--env=Pendulum-v1", "--eval_episodes=2"])
     assert a.return_mean == pytest.approx(b.return_mean, rel=1e-4)
     assert a.length_mean == b.length_mean == 200
