@@ -204,16 +204,24 @@ class LocalBackend:
 
     def final_evaluation(self, driver: Any, evaluators: list[Any], timeout: float = 120.0) -> None:
         """One last evaluation of every policy's newest weights, so every run ends with eval summaries; not
-        waited for once no evaluator process is alive to answer."""
+        waited for once no evaluator process is alive to answer. An evaluation asked for before the stop may still
+        be running (of older weights): its answer comes first, then the saved weights are asked for."""
         import time
 
-        self.send(driver.eval_requests(force=True))
         deadline = time.monotonic() + timeout
-        while not driver.evals_done() and time.monotonic() < deadline:
-            if not any(p.is_alive() for p in evaluators):
-                log.warning("no final evaluation: the evaluator is gone")
-                break
-            driver.on_messages(self.poll(0.5))
+
+        def answered() -> bool:
+            """Until every outstanding evaluation is answered; False when no evaluator is left to answer."""
+            while not driver.evals_done() and time.monotonic() < deadline:
+                if not any(p.is_alive() for p in evaluators):
+                    log.warning("no final evaluation: the evaluator is gone")
+                    return False
+                driver.on_messages(self.poll(0.5))
+            return True
+
+        if answered():
+            self.send(driver.eval_requests(force=True))
+            answered()
 
 
 def put_quietly(queue: Any, msg: Any, timeout: float = 2.0) -> None:

@@ -84,7 +84,8 @@ class Driver:
         for pid, p in enumerate(self.stats.policies):
             if self.eval_pending[pid] or not (force or p.env_steps >= self.next_eval[pid]):
                 continue
-            if force and p.last_eval is not None and p.last_eval.env_steps == p.env_steps:
+            last = p.last_eval
+            if force and last is not None and (last.env_steps, last.version) == (p.env_steps, p.version):
                 continue  # the newest weights were just evaluated
             while self.next_eval[pid] <= p.env_steps:
                 self.next_eval[pid] += self.eval_interval
