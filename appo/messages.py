@@ -196,7 +196,7 @@ Message = Any
 
 class HvpRequest(NamedTuple):
     """MAML: compute J_k F_k J_k v (appo/algorithms/maml.py MamlTrpo.task_hvps) for each task row in `rows` of the
-    meta-batch of `iteration` (episode buffers 0 and 1, meta-parameters in weights row 0) with v = the shared
+    meta-batch of `iteration` (episode buffers 0 and 1, meta-parameters in weight set 0) with v = the shared
     hvp vector; write it into the hvp output's row."""
 
     iteration: int

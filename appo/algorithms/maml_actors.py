@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from appo.algorithms.maml import Episodes, MamlPolicy, Params, flatten
+from appo.algorithms.maml import MamlPolicy, Params, flatten
 from appo.algorithms.maml_hvp import EpisodeBuffers, episode_seed
 from appo.buffers import allocate_control, allocate_trajectories
 from appo.cfg import Cfg, Derived, derive
@@ -84,7 +84,6 @@ class ActorPool:
         self.queues = wire(cfg.num_workers, 1, local=cfg.serial_mode)
         self.sup: Any = None
         self.actors: list[Any] = []  # --serial_mode: the ActorWorker components
-        self.env_steps = 0  # steps taken in every episode sampled so far
 
     def _model(self) -> MamlPolicy:
         from appo.model import make_model
@@ -210,11 +209,6 @@ class ActorPool:
         out.actions[buffer][row] = torch.from_numpy(np.where(taken[..., None], buf["actions"][slots], np.float32(0.0)))
         out.rewards[buffer][row] = torch.from_numpy(np.where(taken, buf["rewards"][slots], np.float32(0.0)))
         out.lengths[buffer][row] = torch.from_numpy(lengths)
-        self.env_steps += int(lengths.sum())
-
-    def episodes(self, buffer: int, num_rows: int) -> Episodes:
-        """A copy of rows 0..num_rows-1 of episode buffer `buffer` as Episodes [K, E, T, ...]."""
-        return self.out.episodes(buffer, num_rows)
 
     def close(self) -> None:
         if self.sup is not None:

@@ -72,7 +72,7 @@ def enjoy_maml(cfg: Any, state: dict[str, Any], render_mode: str | None, video: 
         for phase, step in (("before adaptation", 0), ("after adaptation", 1)):
             pool.publish(0, params)
             pool.sample(0, META_TEST_STREAM + step, 0, [len(train_tasks) + k], [0])
-            episodes = pool.episodes(0, 1)
+            episodes = buffers.episodes(0, 1)
             sampled = float(episode_returns(episodes).mean())
             shown = show(cfg, env, test_tasks[k], NumpyGaussianMlp(pool.scratch, cfg.seed), on_frame)
             print(

@@ -2,7 +2,6 @@
 
 The episodes of a meta-iteration, one row per task (the actor workers sample them: appo/algorithms/maml_actors.py
 copies each task's rollout into its row), in shared memory (allocated by the MAML driver; `EpisodeBuffers`):
-    weights [1 + num_rows, P] float32   row 0: the meta-parameters (the helpers' theta)
     per buffer b (0: train episodes, 1: validation episodes; the meta-test reuses them):
         obs [K, E, T, obs_dim] float32, actions [K, E, T, act_dim] float32 (as sampled, before clipping),
         rewards [K, E, T] float32 (0 after an episode's end), lengths [K, E] int64
@@ -23,11 +22,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from appo.learning.param_sync import ParamStore
 from appo.messages import ErrorReport, HvpReady, HvpRequest, Stop
 
 
 class EpisodeBuffers(NamedTuple):
-    weights: torch.Tensor
     hvp_in: torch.Tensor  # [P]: the vector of the KL Hessian-vector product being computed
     hvp_out: torch.Tensor  # [K, P]: each task's product
     obs: list[torch.Tensor]
@@ -67,7 +66,6 @@ def allocate_buffers(
         return torch.zeros(shape, dtype=dtype).share_memory_()
 
     return EpisodeBuffers(
-        shared(1 + num_rows, num_params),
         shared(num_params),
         shared(num_rows, num_params),
         [shared(num_rows, episodes, horizon, obs_dim) for _ in range(2)],
@@ -85,8 +83,11 @@ def episode_seed(seed: int, stream: int, iteration: int, row: int, episode: int)
 class HvpHelper:
     """One helper's share of the KL Hessian-vector products (the meta-batch's tasks it is sent)."""
 
-    def __init__(self, cfg: Any, buffers: EpisodeBuffers, spaces: tuple[gym.Space, gym.Space]) -> None:
-        self.cfg, self.buffers, self.spaces = cfg, buffers, spaces
+    def __init__(
+        self, cfg: Any, buffers: EpisodeBuffers, spaces: tuple[gym.Space, gym.Space], theta: ParamStore
+    ) -> None:
+        """`theta`: the store of the meta-parameters (the actors' weight set 0)."""
+        self.cfg, self.buffers, self.spaces, self.theta = cfg, buffers, spaces, theta
         self.hvp_cache: tuple[tuple, list] | None = None  # ((iteration, rows), those rows' products)
 
     def on_hvp(self, msg: HvpRequest) -> None:
@@ -99,13 +100,10 @@ class HvpHelper:
             self.buffers.hvp_out[row] = product(v)
 
     def _task_hvps(self, rows: tuple[int, ...]) -> list:
-        from appo.algorithms.maml import MamlTrpo, make_policy, params_of, unflatten
+        from appo.algorithms.maml import MamlTrpo, make_policy
 
         model = make_policy(self.cfg, *self.spaces)
-        flat = self.buffers.weights[0].clone()
-        with torch.no_grad():
-            for p, value in zip(params_of(model).values(), unflatten(flat, params_of(model)).values(), strict=True):
-                p.copy_(value)
+        self.theta.pull(model)
         learner = MamlTrpo(self.cfg, model)
         index = list(rows)
         train, valid = self.buffers.episodes(0, index), self.buffers.episodes(1, index)
@@ -113,7 +111,13 @@ class HvpHelper:
 
 
 def hvp_worker_main(
-    cfg: Any, worker_idx: int, inbox: Any, driver_queue: Any, buffers: EpisodeBuffers, spaces: tuple[Any, Any]
+    cfg: Any,
+    worker_idx: int,
+    inbox: Any,
+    driver_queue: Any,
+    buffers: EpisodeBuffers,
+    spaces: tuple[Any, Any],
+    theta: ParamStore,
 ) -> None:
     """The helper process: serve HvpRequests until Stop."""
     from appo.processes import component_main
@@ -125,7 +129,7 @@ def hvp_worker_main(
     queues.driver_queue = driver_queue  # type: ignore[attr-defined]
 
     def body() -> None:
-        helper = HvpHelper(cfg, buffers, spaces)
+        helper = HvpHelper(cfg, buffers, spaces, theta)
         while True:
             try:
                 msg = inbox.get(timeout=1.0)
@@ -142,7 +146,7 @@ def hvp_worker_main(
 class HvpPool:
     """The helper processes (none with --serial_mode: then the learner computes the products itself)."""
 
-    def __init__(self, cfg: Any, buffers: EpisodeBuffers, spaces: tuple[Any, Any]) -> None:
+    def __init__(self, cfg: Any, buffers: EpisodeBuffers, spaces: tuple[Any, Any], theta: ParamStore) -> None:
         from appo.processes import spawn_context, start_process
 
         self.buffers = buffers
@@ -153,7 +157,7 @@ class HvpPool:
         self.results = ctx.Queue()
         self.inboxes = [ctx.Queue() for _ in range(cfg.num_workers)]
         for w in range(cfg.num_workers):
-            args = (cfg, w, self.inboxes[w], self.results, buffers, spaces)
+            args = (cfg, w, self.inboxes[w], self.results, buffers, spaces, theta)
             self.processes.append(start_process(ctx, hvp_worker_main, args, f"hvp_worker_{w}"))
 
     def hvp(self, iteration: int, num_rows: int) -> Callable[[torch.Tensor], torch.Tensor] | None:

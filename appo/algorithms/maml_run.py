@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.algorithms.maml import Episodes, MamlTrpo, flatten, make_policy, params_of
+from appo.algorithms.maml import Episodes, MamlTrpo, make_policy, params_of
 from appo.algorithms.maml_actors import ActorPool
 from appo.algorithms.maml_flags import meta_batch_size
 from appo.algorithms.maml_hvp import HvpPool, allocate_buffers, episode_horizon
@@ -83,7 +83,7 @@ class MamlRun:
         num_tasks = len(self.train_tasks) + len(self.test_tasks)  # envs.run_tasks: train, then test
         self.pool = ActorPool(self.cfg, spaces, self.horizon, self.buffers, 1 + self.rows, num_tasks)
         self.pool.start()
-        self.hvps = HvpPool(self.cfg, self.buffers, spaces)
+        self.hvps = HvpPool(self.cfg, self.buffers, spaces, self.pool.params[0])
 
     # --- checkpoints ------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -112,9 +112,8 @@ class MamlRun:
 
     # --- one meta-iteration -----------------------------------------------------------------------------
     def publish(self, row: int, params: dict[str, torch.Tensor]) -> None:
-        """Weight set `row` for the actor workers (and the Hessian-vector-product helpers' copy)."""
+        """Weight set `row` for the actor workers (set 0, the meta-parameters, is the helpers' theta too)."""
         assert self.pool is not None
-        self.buffers.weights[row] = flatten(params).detach().float()
         self.pool.publish(row, params)
 
     def collect(self, tasks: list[int], iteration: int) -> tuple[Episodes, Episodes]:
@@ -123,11 +122,11 @@ class MamlRun:
         K = len(tasks)
         self.publish(0, params_of(self.model))
         self.pool.sample(TRAIN, TRAIN, iteration, tasks, [0] * K)
-        train = self.pool.episodes(TRAIN, K)
+        train = self.buffers.episodes(TRAIN, K)
         for k in range(K):
             self.publish(1 + k, self.algo.adapted(train.task(k)))
         self.pool.sample(VALID, VALID, iteration, tasks, [1 + k for k in range(K)])
-        return train, self.pool.episodes(VALID, K)
+        return train, self.buffers.episodes(VALID, K)
 
     def meta_iteration(self) -> dict[str, float]:
         began, began_cpu = time.monotonic(), time.process_time()
@@ -172,7 +171,7 @@ class MamlRun:
             for k in range(K):
                 self.publish(1 + k, current[k])
             self.pool.sample(TRAIN, META_TEST_STREAM + step, self.iteration, tasks, [1 + k for k in range(K)])
-            episodes = self.pool.episodes(TRAIN, K)
+            episodes = self.buffers.episodes(TRAIN, K)
             returns[step] = episode_returns(episodes).numpy()
             if step < S:
                 current = [learner.adapted(episodes.task(k), current[k], num_steps=1) for k in range(K)]

@@ -297,7 +297,6 @@ def test_hvp_helpers_equal_the_learners_bit_for_bit() -> None:
     model = make_policy(cfg, *pool.spaces)
     learner = MamlTrpo(cfg, model)
     try:
-        buffers.weights[0] = flatten(params_of(model)).detach()
         pool.publish(0, params_of(model))
         pool.sample(0, 0, 0, list(range(K)), [0] * K)
         train = buffers.episodes(0, K)
@@ -311,7 +310,7 @@ def test_hvp_helpers_equal_the_learners_bit_for_bit() -> None:
     v = torch.randn(buffers.hvp_in.shape, generator=torch.Generator().manual_seed(1))
     expected = learner.kl_hvp(learner.task_batches(train, valid))(v)
     buffers.hvp_in.copy_(v)
-    helper = HvpHelper(cfg, buffers, pool.spaces)
+    helper = HvpHelper(cfg, buffers, pool.spaces, pool.params[0])
     for rows in ((0, 2), (1,)):  # two helpers' shares
         helper.on_hvp(HvpRequest(0, 1, rows))
     assert torch.equal(mean_in_order(buffers.hvp_out[:K].clone()), expected)
