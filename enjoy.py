@@ -1,13 +1,13 @@
 """Watch a trained policy: `python enjoy.py --experiment=NAME [--checkpoint=best] [--save_video]`.
 
-The env and model come from train_dir/NAME/cfg.json; appo/evaluate.py has the evaluation flags."""
+The env and model come from train_dir/NAME/cfg.json; appo/tools/evaluate.py has the evaluation flags."""
 
 from __future__ import annotations
 
 import sys
 
-from appo.cfg import parse_cfg
-from appo.evaluate import EnjoyCfg, enjoy
+from appo.config.cfg import parse_cfg
+from appo.tools.evaluate import EnjoyCfg, enjoy
 
 
 def main(argv: list[str] | None = None) -> int:

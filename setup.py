@@ -17,7 +17,7 @@ setup(
         "threadpoolctl>=3.1",
         "psutil>=5.9",
         "setproctitle>=1.3",
-        "tensorboard>=2.12",  # its event reader: appo.plot, tests, benchmarks
+        "tensorboard>=2.12",  # its event reader: appo.tools.plot, tests, benchmarks
         "matplotlib>=3.7",
         "imageio>=2.31",
         "imageio-ffmpeg>=0.4.9",

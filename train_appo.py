@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from appo.cfg import parse_cfg
+from appo.config.cfg import parse_cfg
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_cfg(argv)
-    from appo.runner import run  # after parsing: --help stays fast
+    from appo.driver.runner import run  # after parsing: --help stays fast
 
     return run(cfg)
 

@@ -1,5 +1,5 @@
 """Learner throughput with 1 and with G data-parallel learner ranks (--learner_world_size), the learner alone:
-no actor workers, one fixed batch trained on again and again (appo/learning/fixed_batch.py), so the figure is
+no actor workers, one fixed batch trained on again and again (tests/support/fixed_batch.py), so the figure is
 what the learner processes can do, not what the sampler feeds them.
 
     python benchmarks/learner_scaling.py --world_sizes 1 2 --hidden 512 512 --iterations=12 --repeats=3
@@ -28,9 +28,9 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from appo.cfg import Cfg, derive  # noqa: E402
-from appo.learning.fixed_batch import train_on_fixed_batch  # noqa: E402
-from appo.model import make_model  # noqa: E402
+from appo.config.cfg import Cfg, derive  # noqa: E402
+from appo.models.actor_critic import make_model  # noqa: E402
+from tests.support.fixed_batch import train_on_fixed_batch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import foreign_cpu, summary  # noqa: E402

@@ -10,7 +10,7 @@ workers is what the issue's figures mean). When all are done it writes, under --
   `episode/return_mean` at its end) as mean, std, min and median over seeds; the steps reached; the wall time
   per run; and the public reference where there is one (CleanRL's PPO at 1M steps, MuJoCo v4);
 - `<env>.png`: every seed's curve against env steps (thin) and the mean over seeds with a min-max band;
-- `runs/`: the runs themselves (tensorboard, checkpoints, logs), for `python -m appo.plot` and enjoy.py.
+- `runs/`: the runs themselves (tensorboard, checkpoints, logs), for `python -m appo.tools.plot` and enjoy.py.
 The table is also printed. A run that fails is reported as failed with its exit status (its log is in its
 run folder), and the script exits non-zero.
 """
@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from appo.plot import load_events, scalar_series  # noqa: E402
+from appo.tools.plot import load_events, scalar_series  # noqa: E402
 
 DEFAULT_ENVS = ["HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5", "InvertedPendulum-v5"]
 TAG = "episode/return_mean"

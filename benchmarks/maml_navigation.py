@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from appo.plot import load_events  # noqa: E402
+from appo.tools.plot import load_events  # noqa: E402
 
 
 def series(acc: object, tag: str) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from appo.plot import load_events, scalar_series  # noqa: E402
+from appo.tools.plot import load_events, scalar_series  # noqa: E402
 
 BEST_EPISODE_AT_LEAST = -16.0
 MARGIN = 0.1
@@ -37,7 +37,7 @@ def adapts(ep0: float, ep1: float) -> bool:
 
 
 def values(acc: object, tag: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, values) of `tag` (appo.plot's reader; the run must have written it)."""
+    """(steps, values) of `tag` (appo.tools.plot's reader; the run must have written it)."""
     series = scalar_series(acc, tag)  # type: ignore[arg-type]
     if series is None:
         raise SystemExit(f"{tag}: not in the run's summaries")

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from appo.plot import load_events  # noqa: E402
+from appo.tools.plot import load_events  # noqa: E402
 
 ENV = "LunarLanderContinuous-v3"
 EVAL_EVERY, EVAL_EPISODES, LEARNING_STARTS = 5000, 5, 10_000

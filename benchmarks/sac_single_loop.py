@@ -1,4 +1,5 @@
-"""This engine's SAC update (appo/algorithms/sac.py, `SAC.step`) driven by a Stable-Baselines3-style loop in one
+"""This engine's SAC update (appo/algorithms/sac/algorithm.py, `SAC.step`) driven by a Stable-Baselines3-style loop in
+one
 process: one env, act with the newest weights, append the transition, one update per env step after the random
 warm-up. It takes the actor workers, the queues and the weight publishing out of the comparison with
 Stable-Baselines3 (benchmarks/sac_lunar.py), so what is left is the algorithm. Prints one line per evaluation.
@@ -24,9 +25,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from appo.algorithms.base import NonFiniteGuard  # noqa: E402
-from appo.algorithms.sac import SAC  # noqa: E402
-from appo.cfg import derive, merge_cfg  # noqa: E402
-from appo.model import make_model  # noqa: E402
+from appo.algorithms.sac.algorithm import SAC  # noqa: E402
+from appo.config.cfg import merge_cfg  # noqa: E402
+from appo.config.derive import derive
+from appo.models.actor_critic import make_model  # noqa: E402
 
 EVAL_EVERY, EVAL_EPISODES, LEARNING_STARTS = 5000, 5, 10_000
 

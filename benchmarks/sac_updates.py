@@ -15,9 +15,10 @@ import gymnasium as gym
 import torch
 
 from appo.algorithms.base import NonFiniteGuard
-from appo.algorithms.sac import SAC
-from appo.cfg import derive, merge_cfg
-from appo.model import make_model
+from appo.algorithms.sac.algorithm import SAC
+from appo.config.cfg import merge_cfg
+from appo.config.derive import derive
+from appo.models.registry import make_model
 
 
 def main() -> None:

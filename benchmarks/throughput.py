@@ -82,7 +82,7 @@ def raw_fps(env_name: str, procs: int, seconds: float, actions: str = "sample", 
 
 def initial_std(env_name: str, extra: list[str]) -> float:
     """exp(--initial_log_std) of the run these flags start (defaults < env preset < flags)."""
-    from appo.cfg import build_parser, merge_cfg
+    from appo.config.cfg import build_parser, merge_cfg
 
     explicit = vars(build_parser("throughput").parse_args([f"--env={env_name}", *extra]))
     return math.exp(merge_cfg(explicit, None).initial_log_std)

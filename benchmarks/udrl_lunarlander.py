@@ -1,5 +1,5 @@
 """UDRL on LunarLander-v3 (issue 17's learning benchmark): one run per seed for a fixed wall time, then the
-figures from the last checkpoint's per-iteration history (appo/algorithms/udrl.py HISTORY_COLUMNS).
+figures from the last checkpoint's per-iteration history (appo/algorithms/reward_conditioned/udrl.py HISTORY_COLUMNS).
 
     python benchmarks/udrl_lunarlander.py --seeds 0 --minutes 12
     python benchmarks/udrl_lunarlander.py --algo=rcp_r --seeds 0 --minutes 15
@@ -23,8 +23,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from appo.algorithms.udrl import HISTORY_COLUMNS  # noqa: E402
-from appo.checkpoint import list_checkpoints  # noqa: E402
+from appo.algorithms.reward_conditioned.udrl import HISTORY_COLUMNS  # noqa: E402
+from appo.learning.checkpoint import list_checkpoints  # noqa: E402
 
 ARGS = [
     "--env=LunarLander-v3",

@@ -81,7 +81,7 @@ def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: 
     """The env exactly as a run sees it: `make_env` plus, for task schedules, the meta-task wrapper over
     the `split` ("train" or "test") tasks. Actor workers, the evaluator and enjoy.py all build it here, so
     observation augmentation always matches what the policy was trained on. In a run the actor's EnvRunner
-    gives every trial its task (`make_task_assigner`, appo/control.py); the wrapper's own schedule serves
+    gives every trial its task (`make_task_assigner`, appo/protocol/control.py); the wrapper's own schedule serves
     standalone use (the meta-test, enjoy.py) and sets the trial length. `cfg` is an appo Cfg."""
     env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode)
     env = _reward_conditioning(cfg, env)
@@ -99,19 +99,19 @@ def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: 
 
 def _reward_conditioning(cfg: Any, env: gym.Env) -> gym.Env:
     """--sparse_reward (the return paid at the episode's end), then, for a reward-conditioned --algo, the command
-    appended to the observation (envs/reward_conditioning.py); `env` itself otherwise."""
-    from appo.algorithms.udrl_flags import command_dims
-
-    if not getattr(cfg, "sparse_reward", False) and not command_dims(cfg):
+    appended to the observation (envs/reward_conditioning.py); `env` itself otherwise. The cfg says what its
+    algorithm takes (`command_dims`, `command_follows`: appo's Cfg reads them from the algorithm's spec)."""
+    dims = getattr(cfg, "command_dims", 0)
+    if not getattr(cfg, "sparse_reward", False) and not dims:
         return env
     from envs.reward_conditioning import CommandObservation, SparseReward
 
     if getattr(cfg, "sparse_reward", False):
         env = SparseReward(env)
-    if command_dims(cfg):
-        udrl = cfg.algo == "udrl"
-        cap = cfg.max_command_return if udrl else float("inf")
-        env = CommandObservation(env, cfg.command_scale, follow=udrl, cap=cap)
+    if dims:
+        follow = bool(getattr(cfg, "command_follows", False))
+        cap = cfg.max_command_return if follow else float("inf")
+        env = CommandObservation(env, cfg.command_scale, follow=follow, cap=cap)
     return env
 
 

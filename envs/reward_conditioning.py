@@ -6,7 +6,7 @@ truncated) and 0 before it; the sum over the episode is unchanged.
 CommandObservation: appends the scaled command (desired return-to-go and, for UDRL, desired horizon) to every
 observation, so the policy acting in an actor worker and the learner reading the trajectory see the same input.
 The command of an episode is given at its start as `reset(options={"command": [R, H]})` (in a run: the actor's
-EnvRunner, from the control channel's command table, appo/control.py), else it is the wrapper's default
+EnvRunner, from the control channel's command table, appo/protocol/control.py), else it is the wrapper's default
 (`set_default_command`: enjoy.py's --command_return/--command_horizon). During the episode it follows what was
 achieved: return-to-go -= reward (at most --max_command_return), horizon -= 1 (never below 1); for RCP
 (`follow=False`) it stays as given: the desired discounted return of the whole episode (RCP-R) or the desired

@@ -103,7 +103,7 @@ class CurriculumSchedule(TaskSchedule):
 class TaskAssigner:
     """An env's own task assigner in a run: the run's train tasks and the schedule that draws from them for
     that env. The actor's EnvRunner asks it at each trial start of the env whose control-channel TASK cell
-    is free (appo/control.py); `next` answers an index into `tasks`, the unit the control channel speaks."""
+    is free (appo/protocol/control.py); `next` answers an index into `tasks`, the unit the control channel speaks."""
 
     def __init__(self, tasks: list[Task], schedule: TaskSchedule) -> None:
         self.tasks = tasks

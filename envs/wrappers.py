@@ -71,7 +71,7 @@ class MetaTaskWrapper(gym.Wrapper):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         """Start a new trial on `options["task"]`: in a run the actor's EnvRunner chooses every trial's task
-        (appo/control.py). Without it (standalone: the evaluator's meta-test, enjoy.py) the wrapper's own
+        (appo/protocol/control.py). Without it (standalone: the evaluator's meta-test, enjoy.py) the wrapper's own
         schedule picks. Either way the trial lasts the schedule's `episodes_per_trial` episodes."""
         if options is not None and "task" in options:
             self.task = dict(options["task"])

@@ -3,9 +3,10 @@ process, opens a queue or writes a file. The learner core (appo/learning/learner
 it: the version counter, weight publishing, checkpoints, the NaN guard, PBT operations and stats.
 
 What an algorithm declares, and who reads it:
-- `model_kind`: the model it asks appo.model.make_model for (the learner core builds it; actors act with it).
+- `model_kind`: the model it asks appo.models.actor_critic.make_model for (the learner core builds it; actors act with
+  it).
 - `trajectory_fields(cfg, obs_space, action_space)`: per-step fields it needs in the shared trajectory
-  tensors beyond the engine's own (appo/buffers.py merges them into the one spec table; the batch carries
+  tensors beyond the engine's own (appo/protocol/buffers.py merges them into the one spec table; the batch carries
   every field of that table).
 - `consumes`: how it takes data. "fresh": whole on-policy trajectories in arrival order, those older than
   --max_policy_lag versions dropped (appo/learning/batcher.py). "replay": every trajectory, one per `update`, as
@@ -13,35 +14,36 @@ What an algorithm declares, and who reads it:
   added with the algorithms that need them.
 - `episodic`: True when every rollout is one whole episode per env, started by the learner (MAML): the actor worker
   starts with its slot groups held and starts a rollout only when one is released; it then resets every env of the
-  split from its control-channel row (task, weight set, episode seeds: appo/control.py), steps an env only until
+  split from its control-channel row (task, weight set, episode seeds: appo/protocol/control.py), steps an env only
+  until
   its episode ends (no automatic reset) and hands the group over once every episode has ended or at T steps.
 - `update(batch, env_steps) -> stats`: one training iteration on one batch.
 - `state_dict()` / `load_state_dict()`: what it needs in a checkpoint besides the model (optimizer state...).
 - `replay_state()` / `load_replay_state()`: an off-policy algorithm's replay, saved by the core beside the
   checkpoints when the algorithm returns one (SAC's --save_replay), loaded on resume.
 - `replay_shards`: True when its replay is a transition ring that may live in Ray replay actors instead of the
-  learner (--backend=ray, --num_replay_shards; appo/learning/replay_service.py): then the core sets `replay` to the
+  learner (--backend=ray, --num_replay_shards; appo/backends/ray/replay_shards.py): then the core sets `replay` to the
   shards' client, and rollout actors fill it with `replay_rows(trajectories, model)`. SAC.
 - `publish`: set by the core; an algorithm that does many updates per iteration (SAC) calls it to hand the
   actors its newest weights between them. The core publishes after every `update` anyway.
-- its flags and PBT ranges: in its registry entry (appo/algorithms/__init__.py).
+- its flags and PBT ranges: in its registry entry (appo/algorithms/registry.py).
 - `ranks`, `train_model`: set by the core (`set_ranks`). With several learner ranks (--learner_world_size) the loss
   runs through `train_model` (DDP, which averages the ranks' gradients) and whatever spans the batch (counts,
   normalisers, means) is reduced through `ranks` (appo/learning/distributed.py), so that the ranks train as one
-  learner on the whole batch; appo/algorithms/ppo.py shows how. With one rank both are the identity.
+  learner on the whole batch; appo/algorithms/ppo/algorithm.py shows how. With one rank both are the identity.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
-import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from appo.cfg import Cfg, Derived
-from appo.learning.distributed import Ranks
+from appo.algorithms.common.ranks import Ranks
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived
 from utils.logging import log
 
 MAX_NONFINITE_IN_A_ROW = 10  # updates with NaN/inf loss or gradients in a row before the run stops
@@ -94,12 +96,7 @@ class NonFiniteGuard:
 
 
 class Algorithm:
-    """Subclass this, register it in appo/algorithms/__init__.py, and `--algo=NAME` runs it."""
-
-    model_kind: ClassVar[str] = "actor_critic"
-    consumes: ClassVar[str] = "fresh"
-    replay_shards: ClassVar[bool] = False
-    episodic: ClassVar[bool] = False
+    """Subclass this, register it in appo/algorithms/registry.py, and `--algo=NAME` runs it."""
 
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         self.cfg, self.derived, self.model, self.device, self.guard = cfg, derived, model, device, guard
@@ -108,14 +105,10 @@ class Algorithm:
         self.ranks = guard.ranks
         self.train_model: nn.Module = model
         self.publish: Callable[[], None] = lambda: None  # the core's: new weights to the actors now
-        # The run's control arrays (appo/buffers.py allocate_control), set by the core: an algorithm that steers the
+        # The run's control arrays (appo/protocol/buffers.py allocate_control), set by the core: an algorithm that
+        # steers the
         # actors (a reward-conditioned policy's commands) writes the control channel there. None in a unit test.
         self.control: dict[str, Tensor] | None = None
-
-    @classmethod
-    def trajectory_fields(cls, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
-        """Extra per-step tensors: name -> appo.buffers.TensorSpec (per-slot shape, dtype). None by default."""
-        return {}
 
     def set_ranks(self, ranks: Ranks) -> None:
         """Train together with the other ranks of `ranks` (after the checkpoint is loaded: DDP starts every rank

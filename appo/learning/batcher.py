@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import torch
 
-from appo.buffers import group_number
-from appo.messages import SlotsReleased, TrajectoryReady
+from appo.protocol.buffers import group_number
+from appo.protocol.messages import SlotsReleased, TrajectoryReady
 
 
 class Batch(NamedTuple):
@@ -153,7 +153,7 @@ class Batcher:
         return Taken(index, n * T, dropped, lag.flatten(), releases)
 
     def copy(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The trajectories in slots `index` [n], every field of the spec table (appo/buffers.py), the
+        """The trajectories in slots `index` [n], every field of the spec table (appo/protocol/buffers.py), the
         algorithm's own included, each [n, T(+1), ...] on the learner's device."""
         return {k: v[index].to(self.device, non_blocking=True) for k, v in self.buf.items()}
 

@@ -18,14 +18,17 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.algorithms import algorithm_class
 from appo.algorithms.base import Algorithm, NonFiniteGuard
-from appo.cfg import Cfg, Derived
-from appo.checkpoint import load_checkpoint, load_latest, save_best, save_checkpoint, save_snapshot
+from appo.algorithms.common.ranks import Ranks
+from appo.algorithms.registry import algorithm_class, algorithm_spec
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived
+from appo.config.pbt import initial_hparams, policy_hparams
 from appo.learning.batcher import Batch, Batcher
-from appo.learning.distributed import RankLink, Ranks, state_digest
-from appo.learning.param_sync import ParamStore
-from appo.messages import (
+from appo.learning.checkpoint import load_checkpoint, load_latest, save_best, save_checkpoint, save_snapshot
+from appo.learning.distributed import RankLink, state_digest
+from appo.models.registry import make_model
+from appo.protocol.messages import (
     CopyPolicy,
     HyperparamsReport,
     LoadPolicy,
@@ -34,8 +37,7 @@ from appo.messages import (
     TrainReport,
     TrajectoryReady,
 )
-from appo.model import make_model
-from appo.pbt import initial_hparams, policy_hparams
+from appo.protocol.param_sync import ParamStore
 from utils.logging import log
 from utils.timing import Timing
 
@@ -56,7 +58,7 @@ class Learner:
         control: dict[str, torch.Tensor] | None = None,
         ranks: Ranks | None = None,
         link: RankLink | None = None,
-        replay_location: Any = None,
+        replay_factory: Any = None,
     ) -> None:
         self.cfg, self.derived, self.policy_id, self.params = cfg, derived, policy_id, params
         self.ckpt_dir, self.device = ckpt_dir, device
@@ -64,26 +66,25 @@ class Learner:
         # batches, publishes, saves and reports; `link` (rank 0's) carries each batch's shards to the others.
         self.ranks = ranks if ranks is not None else Ranks()
         self.is_lead = self.ranks.rank == 0
-        algo_cls = algorithm_class(cfg.algo)
-        if self.ranks.is_distributed and algo_cls.consumes != "fresh":
+        spec, algo_cls = algorithm_spec(cfg.algo), algorithm_class(cfg.algo)
+        if self.ranks.is_distributed and spec.consumes != "fresh":
             raise ValueError(f"--learner_world_size={self.ranks.world_size}: --algo={cfg.algo} trains on one rank")
-        self.model = make_model(cfg, *spaces, kind=algo_cls.model_kind).to(device).train()
+        self.model = make_model(cfg, *spaces, kind=spec.model_kind).to(device).train()
         self.guard = NonFiniteGuard(policy_id, ranks=self.ranks)
         self.algorithm: Algorithm = algo_cls(cfg, derived, self.model, device, self.guard)
         self.algorithm.control = control
-        if replay_location is not None and algo_cls.replay_shards:
-            # --backend=ray: the replay lives in Ray actors that rollout actors fill (appo/learning/replay_service.py)
-            from appo.learning.replay_service import ShardedReplay
-
-            self.algorithm.replay = ShardedReplay(replay_location, cfg.replay_size, device)  # type: ignore[attr-defined]
+        if replay_factory is not None and spec.replay_shards:
+            # A replay the backend keeps elsewhere (--backend=ray: Ray actors that rollout actors fill), built by the
+            # factory the backend handed over: `replay_factory(capacity, device)`.
+            self.algorithm.replay = replay_factory(cfg.replay_size, device)  # type: ignore[attr-defined]
         # This policy's own values of the hyperparameters PBT may change; self.cfg always carries them.
         self.hparams: dict[str, float] = {}
         self.set_hparams(initial_hparams(cfg) | policy_hparams(cfg).get(policy_id, {}))
         self.pbt_ops: deque[Any] = deque()  # filled by the receiving thread, applied by the training one
-        if algo_cls.consumes not in ("fresh", "replay"):
-            raise ValueError(f"--algo={cfg.algo}: consumes {algo_cls.consumes!r} data, which no feeder serves")
+        if spec.consumes not in ("fresh", "replay"):
+            raise ValueError(f"--algo={cfg.algo}: consumes {spec.consumes!r} data, which no feeder serves")
         # "replay": every trajectory, one at a time as it arrives, however old (the algorithm keeps a replay).
-        self.is_off_policy = algo_cls.consumes == "replay"
+        self.is_off_policy = spec.consumes == "replay"
         self.algorithm.publish = self.publish
         # Synchronous PPO with one policy: an iteration is the same number of groups from every split (appo/learning/
         # batcher.py _take_rounds), which with --collect_ahead keeps every sample within one version.

@@ -18,15 +18,16 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from appo.cfg import Cfg, Derived
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived
 from appo.learning.batcher import Batch
 from appo.learning.distributed import RankLink, join_group, leave_group
 from appo.learning.learner import Learner
-from appo.learning.param_sync import ParamStore
 from appo.learning.shards import take_shard
-from appo.messages import ShardReady, Stop
-from appo.processes import component_main, limit_threads
-from appo.wiring import Queues, send
+from appo.protocol.messages import ShardReady, Stop
+from appo.protocol.param_sync import ParamStore
+from appo.protocol.processes import component_main, limit_threads
+from appo.protocol.wiring import Queues, send
 from utils.logging import log
 
 
@@ -209,25 +210,25 @@ def run_learner(
     control: dict[str, torch.Tensor],
     queues: Queues,
     link: RankLink | None = None,
-    replay_location: Any = None,
+    replay_factory: Any = None,
 ) -> None:
     """Process entry point of the learner of policy `policy_id` (rank 0 of its ranks when `link` is given; with
-    `replay_location`, its replay is in Ray replay shards: appo/learning/replay_service.py)."""
+    `replay_factory`, the backend's: its replay lives outside this process, e.g. in Ray replay shards)."""
 
     def train() -> None:
         torch.manual_seed(cfg.seed + policy_id)
         _threads = limit_threads(1)  # noqa: F841 - the main thread's; the trainer thread sets --learner_threads
         ranks = join_group(link, 0, device) if link is not None else None
         args = (cfg, derived, policy_id, buffers, params, spaces, ckpt_dir, device, control, ranks, link)
-        learner = Learner(*args, replay_location=replay_location)
+        learner = Learner(*args, replay_factory=replay_factory)
         try:
             learner.init()
             learner_loop(learner, queues, link)
         finally:
             log.info("learner %d profile: %s", policy_id, learner.timing.profile())
             leave_group()
-            if replay_location is not None:
-                disconnect_ray()
+            if replay_factory is not None:
+                replay_factory.release()
 
     component_main(cfg, f"learner_{policy_id}", queues, lambda: free_after(train))
 
@@ -261,14 +262,6 @@ def run_learner_rank(
             leave_group()
 
     component_main(cfg, rank_name(policy_id, rank), queues, lambda: free_after(train))
-
-
-def disconnect_ray() -> None:
-    """Leave the Ray cluster this process joined as a client (the driver stops Ray itself)."""
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
 
 
 def free_after(train: Any) -> None:

@@ -13,7 +13,7 @@ import torch
 
 from appo.learning.batcher import Batch, Batcher
 from appo.learning.distributed import RankLink, shard_sizes
-from appo.messages import ShardReady, SlotsReleased, TrajectoryReady
+from appo.protocol.messages import ShardReady, SlotsReleased, TrajectoryReady
 
 
 class ShardingBatcher:

@@ -18,14 +18,15 @@ from typing import Any
 
 import torch
 
-from appo.buffers import numpy_views
-from appo.cfg import Cfg, Derived
-from appo.learning.param_sync import ParamStore
-from appo.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
-from appo.processes import component_main
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived
+from appo.protocol.buffers import numpy_views
+from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
+from appo.protocol.param_sync import ParamStore
+from appo.protocol.processes import component_main
+from appo.protocol.wiring import Queues, actor_inbox, send
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.policy_worker import PolicyWorker, make_policy_workers
-from appo.wiring import Queues, actor_inbox, send
 from envs import make_run_env
 from utils.timing import Timing
 

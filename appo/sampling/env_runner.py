@@ -13,7 +13,7 @@ reset at the rollout's end, its unfinished episode cut there like a time limit (
 training with a bootstrapped value, the cut episode is not reported as a result).
 
 Task envs (--task_schedule): the runner, not the env wrapper, chooses the task of every trial, at every reset
-of an env (`_reset_env`): the control channel's TASK cell where set (appo/control.py), else the env's own
+of an env (`_reset_env`): the control channel's TASK cell where set (appo/protocol/control.py), else the env's own
 task assigner (envs.make_task_assigner: the schedule its wrapper would have used, same rng stream). The task
 goes to the wrapper as reset(options={"task": ...}); its index in the train tasks is kept in `env_task`.
 
@@ -27,7 +27,6 @@ handed over as soon as every episode has ended (dones mark each episode's last s
 from __future__ import annotations
 
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -35,21 +34,18 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from appo.algorithms import is_episodic
-from appo.buffers import first_slot, group_index
-from appo.cfg import Cfg, Derived
-from appo.control import FREE, POLICY, TASK, WEIGHTS, PolicyDraw
-from appo.messages import ActionsReady, InferenceRequest, TrajectoryReady
+from appo.algorithms.registry import algorithm_spec
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived
+from appo.protocol.buffers import first_slot, group_index
+from appo.protocol.control import FREE, PolicyDraw
+from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
+from appo.sampling.split_envs import SplitEnvs
 from envs import make_task_assigner, run_tasks
 from envs.schedules import TaskAssigner
-from envs.tasks import task_family
-from utils.logging import log
-
-# Distinct env errors already logged by this process: each is logged once with its traceback.
-SEEN_ERRORS: set[str] = set()
 
 
-class EnvRunner:
+class EnvRunner(SplitEnvs):
     def __init__(
         self,
         cfg: Cfg,
@@ -73,19 +69,19 @@ class EnvRunner:
         self.env_weights = np.zeros(self.num_envs, dtype=np.int64)  # the weight set acting for each env
         self.next_weights = np.zeros(self.num_envs, dtype=np.int64)
         self.policy_draw = PolicyDraw(cfg.num_policies)
-        # The control channel (appo/control.py): overrides of policy, task and weights per env, or None.
+        # The control channel (appo/protocol/control.py): overrides of policy, task and weights per env, or None.
         self.assignments = control["assignments"] if control is not None and "assignments" in control else None
         # Its command table (reward-conditioned policies): each episode starts from its env's row, unless NaN.
         self.commands = control["commands"] if control is not None and "commands" in control else None
         # Episodic runs (see the module docstring): the seeds of each env's next episode, the task table the TASK
         # cells index, the rollout's action noise, and which envs' episodes are still running.
-        self.episodic = is_episodic(cfg.algo)
+        self.episodic = algorithm_spec(cfg.algo).episodic
         self.seeds = control["episode_seeds"] if control is not None and "episode_seeds" in control else None
         self.episode_tasks: list[dict] | None = None
         self.noise = buffers.get("action_noise")
         self.alive = np.ones(self.num_envs, dtype=bool)
         self.episode_count = np.zeros(self.num_envs, dtype=np.int64)
-        # Per-step fields the algorithm asked for (appo/buffers.py actor_fields) that this runner fills.
+        # Per-step fields the algorithm asked for (appo/protocol/buffers.py actor_fields) that this runner fills.
         self.extra_fields = [name for name in ("task_ids", "episode_ids", "weight_sets") if name in buffers]
         self.final_obs = buffers.get("final_obs")  # where episodes' last observations go (off-policy learners)
         self.env_task = np.full(self.num_envs, -1, dtype=np.int64)  # index in the train tasks; -1: no tasks
@@ -276,98 +272,6 @@ class EnvRunner:
             return self._requests()
         return self._finish_rollout()
 
-    def _step_envs(
-        self, actions: np.ndarray, t: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, dict], list[int]]:
-        """Step every env (whose episode runs) once; write the next observations at t + 1. Returns rewards, dones,
-        truncations, the trial infos of ended trials and the envs that failed."""
-        n = self.num_envs
-        rewards = np.empty(n, dtype=np.float32)
-        dones = np.zeros(n, dtype=np.float32)
-        truncs = np.zeros(n, dtype=np.float32)
-        obs_out = self.buf["obs"]
-        trials: dict[int, dict] = {}
-        failed: list[int] = []
-        episodic, alive = self.episodic, self.alive
-        for i, env in enumerate(self.envs):
-            if episodic and not alive[i]:  # its episode ended earlier in this rollout
-                rewards[i] = 0.0
-                obs_out[self.first + i, t + 1] = obs_out[self.first + i, t]
-                continue
-            try:
-                obs, reward, terminated, truncated, info = env.step(actions[i])
-                if terminated or truncated:
-                    dones[i] = 1.0
-                    truncs[i] = float(truncated and not terminated)
-                    trial = info.get("trial")
-                    if trial is not None:
-                        trials[i] = trial
-                    if self.final_obs is not None:
-                        self.final_obs[self.first + i, t] = obs  # before the reset replaces it
-                    if self.episodic:
-                        self.alive[i] = False
-                    else:
-                        obs = self._reset_env(i, trial)
-            except Exception as exc:  # a broken env must not take the worker (and the run) down
-                obs, reward = self._recover_env(i, exc), 0.0
-                dones[i] = truncs[i] = 1.0  # cut the episode; bootstrap it like a time limit
-                failed.append(i)
-                self.alive[i] = not self.episodic
-                if self.final_obs is not None:  # the step never happened: bootstrap from where it started
-                    self.final_obs[self.first + i, t] = obs_out[self.first + i, t]
-            rewards[i] = reward
-            obs_out[self.first + i, t + 1] = obs
-        return rewards, dones, truncs, trials, failed
-
-    def _recover_env(self, i: int, exc: Exception) -> np.ndarray:
-        """Log the error (once per distinct one), rebuild the env and return its first observation. More than
-        `max_env_errors` failures in a row of one env fail the run with a clear message."""
-        key = f"{type(exc).__name__}: {exc}"
-        if key not in SEEN_ERRORS:
-            SEEN_ERRORS.add(key)
-            log.error(
-                "worker %d env %d raised %s (env rebuilt, episode dropped)\n%s",
-                self.worker_idx,
-                i,
-                key,
-                "".join(traceback.format_exception(exc)),
-            )
-        if self.env_errors[i] + 1 > self.cfg.max_env_errors:
-            raise RuntimeError(
-                f"env {i} of worker {self.worker_idx} failed {self.env_errors[i] + 1} times in a row "
-                f"(--max_env_errors={self.cfg.max_env_errors}); last error: {key}"
-            ) from exc
-        try:
-            self.envs[i].close()
-        except Exception:  # the broken env may not even close; it is replaced anyway
-            pass
-        self.envs[i] = self.env_fn(self.first_env + i)
-        return self._reset_env(i)
-
-    def _reset_env(self, i: int, trial: dict | None = None, seed: int | None = None) -> np.ndarray:
-        """Start env `i`'s next episode (trial) and return its first observation; every reset of the runner
-        comes here. An env whose row of the control channel's command table is set starts from that command. A
-        task env runs the task in its control-channel TASK cell where that is set, else the one
-        its assigner picks, fed the return of the env's last finished trial (`trial`: the info["trial"] of the
-        episode that just ended, if it did)."""
-        assigner = self.task_assigners[i]
-        if self.commands is not None and not np.isnan(self.commands[self.first_env + i, 0]):
-            command = self.commands[self.first_env + i].tolist()  # the task schedule is none (verify_udrl)
-            return self.envs[i].reset(seed=seed, options={"command": command})[0]
-        if assigner is None:
-            task = int(self.assignments[self.first_env + i, TASK]) if self.episode_tasks is not None else FREE
-            if task != FREE:  # an episodic run's task, from the run's task table
-                task_family(self.envs[i]).set_task(self.episode_tasks[task])
-                self.env_task[i] = task
-            return self.envs[i].reset(seed=seed)[0]
-        if trial is not None:
-            self.last_trial_return[i] = float(sum(trial["returns"]))
-        task = int(self.assignments[self.first_env + i, TASK]) if self.assignments is not None else FREE
-        if task == FREE:
-            task = assigner.next(self.last_trial_return[i])
-        self.env_task[i] = task
-        return self.envs[i].reset(seed=seed, options={"task": assigner.tasks[task]})[0]
-
     def _finish_rollout(self) -> list[Any]:
         slots = slice(self.first, self.first + self.num_envs)
         T = self.cfg.rollout
@@ -427,38 +331,6 @@ class EnvRunner:
         return self._start_rollout() if self.is_parked else []
 
     # --- bookkeeping --------------------------------------------------------------------------------
-    def _shape_rewards(self, rewards: np.ndarray) -> np.ndarray:
-        if self.cfg.reward_scale != 1.0:
-            rewards = rewards * self.cfg.reward_scale
-        if self.cfg.reward_clip > 0:
-            rewards = np.clip(rewards, -self.cfg.reward_clip, self.cfg.reward_clip)
-        return rewards
-
-    def _record_episodes(
-        self, rewards: np.ndarray, dones: np.ndarray, trials: dict[int, dict], failed: list[int]
-    ) -> None:
-        self.ep_returns += rewards
-        self.ep_lengths += 1
-        if dones.any():
-            for i in np.flatnonzero(dones):
-                if int(i) not in failed:  # an episode cut by an env error is not a result
-                    result = (float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i)))
-                    self.finished.append((*result, int(self.env_policy[i])))
-                self.next_policy[i], self.next_weights[i] = self._assigned(i, self.policy_draw.next(self.rng))
-            self.episode_count[dones > 0] += 1
-            self.ep_returns[dones > 0] = 0.0
-            self.ep_lengths[dones > 0] = 0
-
-    def _assigned(self, i: int, drawn_policy: int) -> tuple[int, int]:
-        """Policy and weight set of env `i`'s next episode: the control channel's, where it sets them, else the
-        drawn policy acting with its own weights."""
-        policy, weights = drawn_policy, FREE
-        if self.assignments is not None:
-            row = self.assignments[self.first_env + i]
-            policy = int(row[POLICY]) if row[POLICY] != FREE else drawn_policy
-            weights = int(row[WEIGHTS])
-        return policy, weights if weights != FREE else policy
-
     def _field(self, name: str) -> np.ndarray:
         """This step's value of an algorithm's per-step field for every env of the split."""
         if name == "task_ids":
@@ -470,10 +342,6 @@ class EnvRunner:
     def pop_finished(self) -> list[tuple[float, int, dict | None, int]]:
         finished, self.finished = self.finished, []
         return finished
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
 
 
 def envs_by_policy(env_policy: np.ndarray) -> dict[int, tuple[int, ...] | None]:

@@ -16,15 +16,17 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.algorithms import is_episodic
-from appo.buffers import numpy_views
-from appo.cfg import Cfg, Derived
-from appo.learning.param_sync import ParamStore
-from appo.messages import ActionsReady, InferenceRequest, Stop
-from appo.model import make_model
-from appo.processes import component_main
-from appo.sampling.numpy_policy import FastPolicy, NumpyPolicy, NumpyPolicyStack, make_numpy_policy
-from appo.wiring import Queues, policy_queue, send
+from appo.algorithms.registry import algorithm_spec
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived
+from appo.models.actor_critic_numpy import NumpyPolicy, NumpyPolicyStack
+from appo.models.numpy_ops import FastPolicy, make_numpy_policy
+from appo.models.registry import make_model
+from appo.protocol.buffers import numpy_views
+from appo.protocol.messages import ActionsReady, InferenceRequest, Stop
+from appo.protocol.param_sync import ParamStore
+from appo.protocol.processes import component_main
+from appo.protocol.wiring import Queues, policy_queue, send
 from utils.timing import Timing
 
 
@@ -64,7 +66,7 @@ class PolicyWorker:
         self.stack = NumpyPolicyStack(members, cfg.seed * 1009 + 7 + stream * 7919) if stackable else None
         # Episodic runs (MAML): one pass per request, so that a row's actions come from a batch of the same shape
         # however requests happen to arrive (one worker or four give the same bits), acting with the rollout's noise.
-        self.per_request = is_episodic(cfg.algo)
+        self.per_request = algorithm_spec(cfg.algo).episodic
         self.has_noise = "action_noise" in self.np_buf
         self.timing = Timing()
         self.samples = 0

@@ -10,8 +10,8 @@ import random
 import signal
 import time
 
-from appo.datagram_queue import DatagramQueue
-from appo.messages import SlotsReleased, TrajectoryReady
+from appo.protocol.datagram_queue import DatagramQueue
+from appo.protocol.messages import SlotsReleased, TrajectoryReady
 
 
 def writer(q: DatagramQueue, tag: int) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from appo.checkpoint import list_checkpoints
+from appo.learning.checkpoint import list_checkpoints
 from tests.conftest import run_script
 
 CARTPOLE = ["--env=CartPole-v1", "--num_workers=2", "--num_envs_per_worker=4", "--report_interval=1"]

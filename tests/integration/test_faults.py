@@ -16,7 +16,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from appo.checkpoint import list_checkpoints
+from appo.learning.checkpoint import list_checkpoints
 from tests.conftest import ROOT, _kill_group, run_script
 
 FAST = [

@@ -15,14 +15,14 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from appo.cfg import Cfg
-from appo.checkpoint import list_checkpoints, save_snapshot
+from appo.config.cfg import Cfg
+from appo.learning.checkpoint import list_checkpoints, save_snapshot
 from appo.learning.distributed import state_digest
-from appo.learning.fixed_batch import train_on_fixed_batch
-from appo.messages import LoadPolicy
-from appo.model import make_model
+from appo.models.registry import make_model
+from appo.protocol.messages import LoadPolicy
 from tests.conftest import run_script
 from tests.integration.test_faults import FAST, finish, start, wait_for_checkpoints
+from tests.support.fixed_batch import train_on_fixed_batch
 from tests.support.recorded_batch import record_halfcheetah
 
 # 2 slot groups of 8 HalfCheetah trajectories of 32 steps: one iteration (512 steps), the normalisers on.

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from appo.checkpoint import load_latest
-from appo.plot import load_events
+from appo.learning.checkpoint import load_latest
+from appo.tools.plot import load_events
 from tests.conftest import run_script
 
 TINY = [

@@ -9,8 +9,8 @@ import json
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from appo.algorithms.ppo_flags import PPO_PBT_RANGES as HPARAMS
-from appo.checkpoint import load_latest
+from appo.algorithms.ppo.flags import PPO_PBT_RANGES as HPARAMS
+from appo.learning.checkpoint import load_latest
 from tests.conftest import run_script
 
 PERIOD = 20_000

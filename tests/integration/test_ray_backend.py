@@ -173,8 +173,8 @@ def test_private_ray_run_replaces_a_hung_actor_and_stops_on_sigterm_within_15_s(
 
 def test_a_local_run_never_imports_ray():
     code = (
-        "import sys; import appo.runner, appo.backend, appo.serial, train_appo; "
-        "from appo.cfg import make_cfg, verify; verify(make_cfg({'env': 'CartPole-v1'})); "
+        "import sys; import appo.driver.runner, appo.backends.local, appo.backends.serial, train_appo; "
+        "from appo.config.cfg import make_cfg, verify; verify(make_cfg({'env': 'CartPole-v1'})); "
         "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
@@ -182,7 +182,8 @@ def test_a_local_run_never_imports_ray():
 
 
 def test_ray_flags_are_verified_one_line_each():
-    from appo.cfg import make_cfg, verify
+    from appo.config.cfg import make_cfg
+    from appo.config.verify import verify
 
     errors = verify(make_cfg({"backend": "ray", "serial_mode": True, "actor_inference": False, "ray_worker_cpus": 0}))
     assert any(e.startswith("--backend=ray: --serial_mode") for e in errors), errors

@@ -39,7 +39,7 @@ def run(command: str, train_dir) -> subprocess.CompletedProcess:
         args.append("--max_episode_steps=60")
     if args[0] in ("train_appo.py", "enjoy.py"):
         args.append(f"--train_dir={train_dir}")
-    else:  # appo.plot takes run folders
+    else:  # appo.tools.plot takes run folders
         args = [a if not a.startswith("train_dir/") else str(train_dir / a.split("/", 1)[1]) for a in args]
     proc = subprocess.Popen(
         [sys.executable, *args],
@@ -89,7 +89,7 @@ def test_every_readme_command_runs(tmp_path):
 
 
 def experiment_of(command: str) -> str:
-    """The run a README command trains or reads: --experiment=NAME, or the folder given to appo.plot."""
+    """The run a README command trains or reads: --experiment=NAME, or the folder given to appo.tools.plot."""
     if m := re.search(r"--experiment=(\S+)", command):
         return m[1]
     if m := re.search(r"train_dir/([^\s/]+)", command):

@@ -1,4 +1,4 @@
-"""SAC's replay in Ray replay actors (appo/learning/replay_service.py), on a private Ray instance: two shards fed
+"""SAC's replay in Ray replay actors (appo/backends/ray/replay_shards.py), on a private Ray instance: two shards fed
 by two "workers" through ShardPusher; the learner's client samples whole rows (never torn, never an unfilled one)
 from both shards in proportion to what they hold, and a saved replay loads back into the shards row for row."""
 
@@ -53,7 +53,7 @@ def ray_instance():
 @needs_ray
 @pytest.mark.timeout(120)
 def test_two_shards_fed_by_two_workers_sample_whole_rows_in_proportion_and_save_and_load(ray_instance):
-    from appo.learning.replay_service import ReplayLocation, ShardedReplay, ShardPusher, create_shards, shard_names
+    from appo.backends.ray.replay_shards import ReplayLocation, ShardedReplay, ShardPusher, create_shards, shard_names
 
     ray = ray_instance
     cfg = SimpleNamespace(replay_size=1000, num_replay_shards=2, ray_max_restarts=0, seed=0)

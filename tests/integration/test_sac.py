@@ -9,7 +9,7 @@ import re
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from appo.checkpoint import list_checkpoints
+from appo.learning.checkpoint import list_checkpoints
 from tests.conftest import run_script
 from tests.support.transition_env import BOUND, TIME_LIMIT
 

@@ -1,5 +1,5 @@
 """--serial_mode is deterministic: the same seed trains bit-identical weights, another seed does not.
-Runs drive appo.runner.run in this process and compare the final checkpoints tensor by tensor."""
+Runs drive appo.driver.runner.run in this process and compare the final checkpoints tensor by tensor."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from appo.cfg import derive, merge_cfg
-from appo.checkpoint import load_latest
-from appo.runner import run
+from appo.config.cfg import merge_cfg
+from appo.config.derive import derive
+from appo.driver.runner import run
+from appo.learning.checkpoint import load_latest
 from utils.logging import log
 
 ITERATIONS = 5

@@ -16,7 +16,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from appo.checkpoint import list_checkpoints
+from appo.learning.checkpoint import list_checkpoints
 from tests.conftest import _kill_group, live_children, run_script, spawn
 
 FAST = ["--env=CartPole-v1", "--rollout=16", "--batch_size=256", "--num_envs_per_worker=4", "--report_interval=1"]

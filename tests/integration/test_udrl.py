@@ -8,10 +8,10 @@ import re
 
 import torch
 
-from appo.algorithms.udrl import run_command_episode
-from appo.cfg import make_cfg, read_saved_cfg
-from appo.checkpoint import list_checkpoints
-from appo.model import make_model
+from appo.algorithms.reward_conditioned.udrl import run_command_episode
+from appo.config.cfg import make_cfg, read_saved_cfg
+from appo.learning.checkpoint import list_checkpoints
+from appo.models.registry import make_model
 from envs import make_run_env
 from tests.conftest import run_script
 

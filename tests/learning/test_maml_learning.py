@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appo.plot import load_events
+from appo.tools.plot import load_events
 from tests.conftest import run_script
 
 ARGS = ["--algo=maml_trpo", "--env=navigation2d", "--meta_batch_size=10", "--fast_batch_size=10", "--seed=0"]

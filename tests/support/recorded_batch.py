@@ -10,14 +10,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.cfg import Cfg, derive
-from appo.model import make_model
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
+from appo.models.registry import make_model
 
 EPISODE_STEPS = 100
 
 
 def record_halfcheetah(cfg: Cfg, seed: int = 0) -> tuple[tuple[Any, Any], dict[str, torch.Tensor]]:
-    """(spaces, record): one iteration's trajectories of cfg.rollout steps, tensors named as in appo/buffers.py."""
+    """(spaces, record): one iteration's trajectories of cfg.rollout steps, tensors named as in
+    appo/protocol/buffers.py."""
     env = gym.make("HalfCheetah-v5", max_episode_steps=EPISODE_STEPS)
     spaces = (env.observation_space, env.action_space)
     n, T = derive(cfg).trajectories_per_iteration, cfg.rollout

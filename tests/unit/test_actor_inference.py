@@ -10,11 +10,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.buffers import allocate_control, allocate_trajectories, numpy_views, rnn_state_size
-from appo.cfg import Cfg, derive
-from appo.learning.param_sync import ParamStore
-from appo.messages import InferenceRequest, TrajectoryReady
-from appo.model import make_model
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
+from appo.models.registry import make_model
+from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views, rnn_state_size
+from appo.protocol.messages import InferenceRequest, TrajectoryReady
+from appo.protocol.param_sync import ParamStore
 from appo.sampling.actor_worker import ActorWorker
 from appo.sampling.policy_worker import PolicyWorker, actors_act, make_policy_workers
 from tests.unit.test_population import split_cfg

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from appo.buffers import allocate_control, allocate_trajectories, first_slot, group_index
-from appo.cfg import Cfg, Derived, derive
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived, derive
 from appo.learning.batcher import Batch, Batcher
-from appo.messages import SlotsReleased, TrajectoryReady
+from appo.protocol.buffers import allocate_control, allocate_trajectories, first_slot, group_index
+from appo.protocol.messages import SlotsReleased, TrajectoryReady
 
 OBS = gym.spaces.Box(-1, 1, (5,), np.float32)
 ACT = gym.spaces.Box(-1, 1, (2,), np.float32)

@@ -1,5 +1,5 @@
 """PPO's bounds loss: zero for Gaussian means inside the action box, the squared excess in half-widths
-outside it, and a gradient that points back into the box (appo/algorithms/ppo.py)."""
+outside it, and a gradient that points back into the box (appo/algorithms/ppo/algorithm.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from appo.algorithms.ppo import bounds_loss
-from appo.cfg import Cfg
-from appo.model import make_model
+from appo.algorithms.ppo.algorithm import bounds_loss
+from appo.config.cfg import Cfg
+from appo.models.registry import make_model
 
 
 def test_zero_inside_and_squared_half_widths_outside() -> None:

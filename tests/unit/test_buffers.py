@@ -7,9 +7,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.buffers import POISON, allocate_trajectories, first_slot, trajectory_spec
-from appo.cfg import Cfg, derive
-from appo.processes import spawn_context
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
+from appo.protocol.buffers import POISON, allocate_trajectories, first_slot, trajectory_spec
+from appo.protocol.processes import spawn_context
 
 OBS = gym.spaces.Box(-1, 1, (5,), np.float32)
 ACT = gym.spaces.Box(-1, 1, (3,), np.float32)

@@ -9,7 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from appo.cfg import Cfg, build_parser, derive, merge_cfg, parse_cfg, verify
+from appo.config.cfg import Cfg, build_parser, merge_cfg, parse_cfg
+from appo.config.derive import derive
+from appo.config.verify import verify
 from envs.presets import MUJOCO_PRESET
 from tests.conftest import ROOT
 

@@ -1,4 +1,5 @@
-"""Unit tests for appo.checkpoint: bit-exact round trips, pruning, corruption fallback, crash safety, weights_only."""
+"""Unit tests for appo.learning.checkpoint: bit-exact round trips, pruning, corruption fallback, crash safety,
+weights_only."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from appo import checkpoint as ck
+from appo.learning import checkpoint as ck
 
 
 def _make_state(seed: int = 0, version: int = 1) -> dict[str, Any]:

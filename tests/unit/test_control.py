@@ -1,4 +1,5 @@
-"""The control channel (appo/control.py) as actor-side EnvRunners see it: with every cell free each env runs its
+"""The control channel (appo/protocol/control.py) as actor-side EnvRunners see it: with every cell free each env runs
+its
 own task schedule exactly as the env wrapper used to; an assigned task, policy or weight set takes over from the
 env's next episode (trial), and a release hands the env back; invalid values are refused; and the per-step
 fields an algorithm asks for (task_ids, episode_ids, weight_sets) say what each step really ran."""
@@ -14,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from appo.algorithms import ALGORITHMS, AlgorithmSpec, register
-from appo.algorithms.ppo import PPO
-from appo.algorithms.ppo_flags import PPO_PBT_RANGES, PpoCfg, verify_ppo
-from appo.buffers import actor_fields, allocate_control, allocate_trajectories, numpy_views
-from appo.cfg import Cfg, derive
-from appo.control import FREE, Assignment, control_channel
-from appo.messages import ActionsReady, InferenceRequest, TrajectoryReady
+from appo.algorithms.ppo.flags import PPO_PBT_RANGES, PpoCfg, verify_ppo
+from appo.algorithms.registry import ALGORITHMS, AlgorithmSpec, register
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
+from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
+from appo.protocol.control import FREE, Assignment, control_channel
+from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.sampling.env_runner import EnvRunner
 from envs import UnknownEnvError, make_run_env, make_task_assigner
 from envs.schedules import make_schedule
@@ -213,16 +214,20 @@ def test_only_task_schedules_have_task_assigners() -> None:
         make_task_assigner(Cfg(env="CartPole-v1", task_schedule="per_trial"), cartpole, 0)
 
 
-class FieldsPPO(PPO):
-    """PPO asking for every per-step field actor workers fill."""
-
-    @classmethod
-    def trajectory_fields(cls, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
-        return {name: actor_fields(cfg)[name] for name in ("task_ids", "episode_ids", "weight_sets")}
-
-
 def test_per_step_fields_say_what_each_step_ran() -> None:
-    register(AlgorithmSpec("fields_ppo", f"{__name__}:FieldsPPO", PpoCfg, PPO_PBT_RANGES, verify_ppo, "test"))
+    # PPO asking for every per-step field actor workers fill.
+    fields = ("task_ids", "episode_ids", "weight_sets")
+    register(
+        AlgorithmSpec(
+            "fields_ppo",
+            "appo.algorithms.ppo.algorithm:PPO",
+            PpoCfg,
+            PPO_PBT_RANGES,
+            verify_ppo,
+            "test",
+            trajectory_fields=fields,
+        )
+    )
     try:
         split = Split(nav_cfg(algo="fields_ppo", num_policies=2))
         try:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from appo.cfg import Cfg
-from appo.model import make_model
+from appo.config.cfg import Cfg
+from appo.models.registry import make_model
 
 
 def stepwise(model, x, rnn_states, dones, recurrence):

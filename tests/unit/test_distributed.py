@@ -12,14 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from appo.algorithms.ppo import update_finite
-from appo.cfg import Cfg, derive, verify
-from appo.checkpoint import list_checkpoints
-from appo.learning.distributed import Ranks, backend_for, shard_sizes, state_digest
+from appo.algorithms.common.ranks import Ranks
+from appo.algorithms.ppo.algorithm import update_finite
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
+from appo.config.verify import verify
+from appo.learning.checkpoint import list_checkpoints
+from appo.learning.distributed import backend_for, shard_sizes, state_digest
 from appo.learning.learner import Learner
-from appo.learning.param_sync import ParamStore
-from appo.model import make_model
-from appo.normalize import RunningMeanStd, merge_moments
+from appo.models.normalize import RunningMeanStd, merge_moments
+from appo.models.registry import make_model
+from appo.protocol.param_sync import ParamStore
 
 
 def moments(x: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
@@ -90,7 +93,7 @@ def test_a_resumed_learner_holds_its_checkpoints_state_exactly(tmp_path):
     """What the resume test of two ranks compares each rank's logged digest with."""
     cfg = Cfg(env="CartPole-v1", num_workers=1, num_envs_per_worker=8, worker_num_splits=1, rollout=8, batch_size=64)
     d = derive(cfg)
-    from appo.buffers import allocate_trajectories
+    from appo.protocol.buffers import allocate_trajectories
 
     learner = Learner(
         cfg, d, 0, allocate_trajectories(cfg, d, *SPACES), ParamStore(make_model(cfg, *SPACES)), SPACES, tmp_path, "cpu"
@@ -161,11 +164,11 @@ def test_rank_0_shards_a_batch_by_whole_trajectories_and_waits_for_the_copies():
     half, copies those trajectories itself, and only then does rank 0's take return (the slots may go back)."""
     import threading
 
-    from appo.buffers import allocate_trajectories
     from appo.learning.batcher import Batcher
     from appo.learning.distributed import RankLink
     from appo.learning.shards import ShardingBatcher, take_shard
-    from appo.messages import TrajectoryReady
+    from appo.protocol.buffers import allocate_trajectories
+    from appo.protocol.messages import TrajectoryReady
 
     cfg = Cfg(env="CartPole-v1", num_workers=1, num_envs_per_worker=8, worker_num_splits=1, rollout=8, batch_size=128)
     d = derive(cfg)

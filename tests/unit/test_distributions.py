@@ -1,4 +1,4 @@
-"""Unit tests for appo.distributions against torch.distributions, plus shapes, modes and space helpers."""
+"""Unit tests for appo.models.distributions against torch.distributions, plus shapes, modes and space helpers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch.distributions import Categorical as TorchCategorical
 from torch.distributions import Normal, kl_divergence
 
-from appo.distributions import Categorical, DiagGaussian, action_dim, num_action_params
+from appo.models.distributions import Categorical, DiagGaussian, action_dim, num_action_params
 
 B, A, N = 7, 3, 5
 

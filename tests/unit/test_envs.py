@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from appo.cfg import merge_cfg
+from appo.config.cfg import merge_cfg
 from envs import make_env
 from envs.presets import (
     ANT_META_PRESET,

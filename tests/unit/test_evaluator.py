@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from appo.cfg import parse_cfg
-from appo.evaluator import Evaluator
-from appo.learning.param_sync import ParamStore
-from appo.messages import EvalReport, EvalRequest
-from appo.model import make_model
-from appo.sampling.numpy_policy import NumpyPolicy
+from appo.config.cfg import parse_cfg
+from appo.models.actor_critic_numpy import NumpyPolicy
+from appo.models.registry import make_model
+from appo.protocol.messages import EvalReport, EvalRequest
+from appo.protocol.param_sync import ParamStore
+from appo.sampling.evaluator import Evaluator
 from envs import make_run_env
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

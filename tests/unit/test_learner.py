@@ -16,17 +16,18 @@ import numpy as np
 import pytest
 import torch
 
-from appo.buffers import allocate_trajectories
-from appo.cfg import Cfg, derive
-from appo.checkpoint import save_snapshot
+from appo.algorithms.common.losses import entropy_loss, policy_loss, value_loss
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
 from appo.learning.batcher import Batch
+from appo.learning.checkpoint import save_snapshot
 from appo.learning.learner import Learner
 from appo.learning.learner_process import TrainerThread
-from appo.learning.losses import entropy_loss, policy_loss, value_loss
-from appo.learning.param_sync import ParamStore
-from appo.messages import LoadPolicy, TrainReport, TrajectoryReady
-from appo.model import make_model
-from appo.wiring import wire
+from appo.models.registry import make_model
+from appo.protocol.buffers import allocate_trajectories
+from appo.protocol.messages import LoadPolicy, TrainReport, TrajectoryReady
+from appo.protocol.param_sync import ParamStore
+from appo.protocol.wiring import wire
 
 # CartPole-v1's spaces: no env is stepped, the batches are synthetic.
 SPACES = (gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2))
@@ -101,7 +102,7 @@ def changed(before: dict[str, torch.Tensor], model: torch.nn.Module) -> list[str
 # --- 1. one update lowers the loss ------------------------------------------------------------------------------
 def lambda_returns(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
     """Lambda-returns [N, T] of episodes that do not end, from raw values [N, T + 1] (computed here, not with
-    appo.learning.returns). With on-policy data V-trace's targets are the lambda = 1 ones."""
+    appo.algorithms.common.returns). With on-policy data V-trace's targets are the lambda = 1 ones."""
     T = rewards.shape[1]
     adv = torch.zeros_like(values[:, 0])
     out = torch.zeros_like(rewards)
@@ -114,7 +115,7 @@ def lambda_returns(rewards: torch.Tensor, values: torch.Tensor, gamma: float, la
 
 @torch.no_grad()
 def ppo_loss(model, b: dict[str, torch.Tensor], adv: torch.Tensor, targets: torch.Tensor, cfg: Cfg, rec: int) -> float:
-    """PPO's total loss (appo/algorithms/ppo.py `_loss`) on the whole batch, for advantages and raw-unit value
+    """PPO's total loss (appo/algorithms/ppo/algorithm.py `_loss`) on the whole batch, for advantages and raw-unit value
     targets held fixed."""
     T = b["rewards"].shape[1]
     out = model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], rec)

@@ -1,4 +1,4 @@
-"""Tests for appo.learning.losses on tiny cases whose expected values are worked out by hand."""
+"""Tests for appo.algorithms.common.losses on tiny cases whose expected values are worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from appo.learning.losses import entropy_loss, policy_loss, value_loss
+from appo.algorithms.common.losses import entropy_loss, policy_loss, value_loss
 
 CLIP = 0.2
 

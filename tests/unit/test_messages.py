@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from appo import messages as m
-from appo.wiring import route, wire
+from appo.protocol import messages as m
+from appo.protocol.wiring import route, wire
 
 # Ids differ from each other (worker 2, policies 1 and 0) so that a route reading the wrong field lands on
 # the wrong queue, or on none, instead of passing by coincidence. The queues come from wire(3, 2, local=True).
@@ -38,7 +38,7 @@ ROUTES: list[tuple[Any, Callable[[Any], Any]]] = [
 # Stop: runner.shutdown puts it on each inbox and queue directly. ShardReady: learner rank 0 puts it on the inbox
 # of each other rank of its policy (appo/learning/distributed.py RankLink), outside the run's wiring.
 # HvpRequest / HvpReady: the MAML driver's own queues to and from its Hessian-vector-product helpers
-# (appo/algorithms/maml_hvp.py HvpPool).
+# (appo/algorithms/maml/hvp.py HvpPool).
 UNROUTED = [
     m.Stop("driver"),
     m.ShardReady(1, 2, 7, (16, 17, 18), 4096),
@@ -49,7 +49,7 @@ SAMPLES = [msg for msg, _ in ROUTES] + UNROUTED
 
 
 def message_classes() -> set[type]:
-    """Every message type appo/messages.py defines (its records, not the names it imports)."""
+    """Every message type appo/protocol/messages.py defines (its records, not the names it imports)."""
     return {cls for _, cls in inspect.getmembers(m, inspect.isclass) if cls.__module__ == m.__name__}
 
 
@@ -58,7 +58,8 @@ def _queues() -> Any:
 
 
 def test_every_message_class_has_a_sample() -> None:
-    # A new message in appo/messages.py fails here until it gets a sample, and with it a route (or is unrouted).
+    # A new message in appo/protocol/messages.py fails here until it gets a sample, and with it a route (or is
+    # unrouted).
     sampled = [type(msg) for msg in SAMPLES]
     assert len(sampled) == len(set(sampled)), "one sample per message type"
     assert set(sampled) == message_classes()

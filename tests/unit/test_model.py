@@ -13,8 +13,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from appo.cfg import Cfg
-from appo.model import MODELS, ActorCritic, make_model, register_model
+from appo.config.cfg import Cfg
+from appo.models.actor_critic import ActorCritic
+from appo.models.registry import MODELS, make_model, register_model
 
 OBS = gym.spaces.Box(-1, 1, (4,), np.float32)
 BOX = gym.spaces.Box(-1, 1, (2,), np.float32)

@@ -1,11 +1,11 @@
-"""Unit tests for appo.normalize.RunningMeanStd: exact merging, round trips, clipping, state_dict persistence."""
+"""Unit tests for appo.models.normalize.RunningMeanStd: exact merging, round trips, clipping, state_dict persistence."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from appo.normalize import RunningMeanStd
+from appo.models.normalize import RunningMeanStd
 
 
 def _batches() -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from appo.cfg import Cfg
-from appo.model import MODELS, ActorCritic, ActOutput, make_model, register_model
-from appo.sampling.numpy_policy import NumpyPolicy, NumpyPolicyStack
+from appo.config.cfg import Cfg
+from appo.models.actor_critic import ActorCritic, ActOutput
+from appo.models.actor_critic_numpy import NumpyPolicy, NumpyPolicyStack
+from appo.models.registry import MODELS, make_model, register_model
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
 
@@ -197,9 +198,9 @@ def test_a_stack_acts_with_each_envs_own_policy(discrete):
 def test_command_policy_matches_torch(discrete, algo):
     """UDRL's and RCP's CommandPolicy acts in the actor workers in numpy: the torch model's mode, log-probs the torch
     distribution agrees with, samples from its distribution, and the warm-up's uniform actions before any update."""
-    from appo.cfg import parse_cfg
-    from appo.command_policy import CommandPolicy
-    from appo.sampling.numpy_policy import NumpyCommandPolicy, make_numpy_policy
+    from appo.config.cfg import parse_cfg
+    from appo.models.command_policy import CommandPolicy, NumpyCommandPolicy
+    from appo.models.numpy_ops import make_numpy_policy
 
     cfg = parse_cfg([f"--algo={algo}", "--env=CartPole-v1"])
     action_space = gym.spaces.Discrete(4) if discrete else gym.spaces.Box(-1, 1, (3,), np.float32)

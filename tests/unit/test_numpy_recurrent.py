@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from appo.cfg import Cfg
-from appo.sampling.numpy_policy import NumpyPolicy, NumpyPolicyStack
+from appo.config.cfg import Cfg
+from appo.models.actor_critic_numpy import NumpyPolicy, NumpyPolicyStack
 from tests.unit.test_numpy_policy import random_model
 
 TOL = {"rtol": 0.0, "atol": 1e-5}

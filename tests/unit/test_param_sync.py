@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from appo.learning.param_sync import ParamStore
+from appo.protocol.param_sync import ParamStore
 
 
 def _model(value: float) -> nn.Module:

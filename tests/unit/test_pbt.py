@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from appo.algorithms.ppo_flags import PPO_PBT_RANGES as HPARAMS
-from appo.pbt import Event, Population, initial_hparams, mutate
-from appo.pbt_controller import PBT_STATE_FILE, PbtController
-from appo.stats import PolicyStats
+from appo.algorithms.ppo.flags import PPO_PBT_RANGES as HPARAMS
+from appo.config.pbt import Event, Population, initial_hparams, mutate
+from appo.driver.pbt_controller import PBT_STATE_FILE, PbtController
+from appo.driver.stats import PolicyStats
 from utils.logging import log
 
 MID = {  # well inside every range, so that no perturbation by a factor <= 1.5 is clamped

@@ -1,4 +1,4 @@
-"""appo.plot: reading scalar series and adaptation curves back from tensorboardX event files written here,
+"""appo.tools.plot: reading scalar series and adaptation curves back from tensorboardX event files written here,
 the figures it writes, and its one-line errors."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tensorboardX import SummaryWriter
 
-from appo.plot import (
+from appo.tools.plot import (
     PlotError,
     adaptation_returns,
     collect,

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from appo.buffers import allocate_control, allocate_trajectories, numpy_views
-from appo.cfg import Cfg, derive, verify
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
+from appo.config.verify import verify
 from appo.learning.learner import Learner
-from appo.learning.param_sync import ParamStore
-from appo.messages import ActionsReady, CopyPolicy, LoadPolicy, SetHyperparams, TrajectoryReady
-from appo.model import make_model
+from appo.models.registry import make_model
+from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
+from appo.protocol.messages import ActionsReady, CopyPolicy, LoadPolicy, SetHyperparams, TrajectoryReady
+from appo.protocol.param_sync import ParamStore
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.policy_worker import PolicyWorker
 
@@ -205,7 +207,7 @@ def fill_until_parked(runner: EnvRunner, views, requests, incarnation: int) -> l
 
 
 def test_a_restarted_worker_ignores_releases_left_for_its_predecessor():
-    """A restarted actor worker reads its predecessor's inbox (appo/wiring.py). A release the predecessor never
+    """A restarted actor worker reads its predecessor's inbox (appo/protocol/wiring.py). A release the predecessor never
     read, for a group the successor has since filled and handed over itself, must not free that group while the
     learner holds it; releases of the successor's own hand-over, and of the predecessor's groups still held at
     its start, do."""

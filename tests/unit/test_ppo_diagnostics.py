@@ -47,9 +47,9 @@ def test_gaussian_policies_report_their_std(tmp_path):
     import numpy as np
 
     from appo.algorithms.base import NonFiniteGuard
-    from appo.algorithms.ppo import PPO
-    from appo.cfg import derive
-    from appo.model import make_model
+    from appo.algorithms.ppo.algorithm import PPO
+    from appo.config.derive import derive
+    from appo.models.registry import make_model
 
     cfg = small_cfg(env="Pendulum-v1", with_vtrace=False, initial_log_std=-0.5)
     box = (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (1,), np.float32))

@@ -8,8 +8,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.cfg import derive, merge_cfg
-from appo.ray_backend import RayActorWorker
+from appo.backends.ray.actors import RayActorWorker
+from appo.config.cfg import merge_cfg
+from appo.config.derive import derive
 
 
 def test_a_call_before_start_answers_restarted_without_touching_anything():

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from appo.algorithms import algorithm_defaults
 from appo.algorithms.base import NonFiniteGuard
-from appo.algorithms.rcp import (
+from appo.algorithms.registry import algorithm_defaults
+from appo.algorithms.reward_conditioned.rcp import (
     RCP,
     RCPA,
     EpisodeFifo,
@@ -20,9 +20,11 @@ from appo.algorithms.rcp import (
     exponential_weights,
     lambda_returns,
 )
-from appo.buffers import allocate_control
-from appo.cfg import derive, make_cfg, verify
-from appo.model import make_model
+from appo.config.cfg import make_cfg
+from appo.config.derive import derive
+from appo.config.verify import verify
+from appo.models.registry import make_model
+from appo.protocol.buffers import allocate_control
 from envs import make_run_env
 from tests.unit.test_udrl import CHAIN, chain_batch
 

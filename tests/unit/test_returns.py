@@ -1,4 +1,4 @@
-"""Tests for appo.learning.returns: V-trace and GAE against slow, paper-notation references."""
+"""Tests for appo.algorithms.common.returns: V-trace and GAE against slow, paper-notation references."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from appo.learning.returns import gae, vtrace
+from appo.algorithms.common.returns import gae, vtrace
 
 T, B = 13, 5
 GAMMA = 0.97

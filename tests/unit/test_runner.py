@@ -10,10 +10,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from appo.buffers import shared_bytes
-from appo.cfg import Cfg, derive
-from appo.runner import check_shared_memory
-from appo.wiring import queue_bytes
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
+from appo.driver.runner import check_shared_memory
+from appo.protocol.buffers import shared_bytes
+from appo.protocol.wiring import queue_bytes
 
 SPACES = (gym.spaces.Box(-1, 1, (17,), np.float32), gym.spaces.Box(-1, 1, (6,), np.float32))
 Usage = namedtuple("Usage", "total used free")
@@ -57,8 +58,8 @@ def test_enough_dev_shm_passes_and_less_than_needed_is_refused(
 def test_driver_stops_with_an_error_when_training_stalls(tmp_path):
     import time
 
-    from appo.messages import TrainReport
-    from appo.runner import Driver
+    from appo.driver.runner import Driver
+    from appo.protocol.messages import TrainReport
 
     driver = Driver(Cfg(stall_timeout=0.3), tmp_path)
     try:

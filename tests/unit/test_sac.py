@@ -12,14 +12,17 @@ import pytest
 import torch
 
 from appo.algorithms.base import NonFiniteGuard
-from appo.algorithms.sac import SAC, alpha_loss
-from appo.cfg import derive, merge_cfg, verify
-from appo.learning.replay import Replay, transitions
-from appo.model import make_model
-from appo.sampling.numpy_policy import NumpySquashedGaussian, make_numpy_policy
-from appo.squashed_gaussian import (
+from appo.algorithms.sac.algorithm import SAC, alpha_loss
+from appo.algorithms.sac.replay import Replay, transitions
+from appo.config.cfg import merge_cfg
+from appo.config.derive import derive
+from appo.config.verify import verify
+from appo.models.numpy_ops import make_numpy_policy
+from appo.models.registry import make_model
+from appo.models.squashed_gaussian import (
     LOG_STD_MAX,
     LOG_STD_MIN,
+    NumpySquashedGaussian,
     SquashedGaussianActor,
     polyak_update,
     squashed_log_prob,

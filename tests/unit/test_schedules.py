@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from appo.buffers import allocate_control, allocate_trajectories
-from appo.cfg import Cfg, derive
-from appo.messages import ActionsReady, TrajectoryReady
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
+from appo.protocol.buffers import allocate_control, allocate_trajectories
+from appo.protocol.messages import ActionsReady, TrajectoryReady
 from appo.sampling.env_runner import EnvRunner
 from envs import make_env, make_run_env, trial_length
 from envs.schedules import CurriculumSchedule, difficulty, make_schedule
@@ -207,7 +208,7 @@ def _trial_returns(env: MetaTaskWrapper) -> list[float]:
 def test_meta_test_trials_are_as_long_as_training_trials(schedule: str, episodes: int) -> None:
     """per_episode trains on 1-episode trials whatever --episodes_per_trial says: the held-out test split (the
     evaluator's meta-test) and enjoy.py must run 1-episode trials too, or their returns are not comparable."""
-    from appo.evaluate import EnjoyCfg, choose_tasks
+    from appo.tools.evaluate import EnjoyCfg, choose_tasks
 
     cfg = EnjoyCfg(
         env="navigation2d",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from appo.messages import EvalReport
-from appo.plot import load_events, scalar_series
-from appo.stats import Stats, SummaryWriters
+from appo.driver.stats import Stats, SummaryWriters
+from appo.protocol.messages import EvalReport
+from appo.tools.plot import load_events, scalar_series
 
 
 def test_every_evaluation_between_two_writes_reaches_tensorboard(tmp_path):

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import torch
 
-from appo.processes import spawn_context
-from appo.supervision import Child, Supervisor
-from appo.wiring import POLICY_QUEUE_SPARES
+from appo.backends.supervision import Child, Supervisor
+from appo.protocol.processes import spawn_context
+from appo.protocol.wiring import POLICY_QUEUE_SPARES
 from tests.conftest import live_children
 
 # --- targets of the spawned children (module level: spawn pickles them by name) --------------------------------

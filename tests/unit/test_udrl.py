@@ -12,10 +12,12 @@ import pytest
 import torch
 
 from appo.algorithms.base import NonFiniteGuard
-from appo.algorithms.udrl import UDRL, BestEpisodes, exploration_command, relabel
-from appo.buffers import allocate_control
-from appo.cfg import derive, make_cfg, verify
-from appo.model import make_model
+from appo.algorithms.reward_conditioned.udrl import UDRL, BestEpisodes, exploration_command, relabel
+from appo.config.cfg import make_cfg
+from appo.config.derive import derive
+from appo.config.verify import verify
+from appo.models.registry import make_model
+from appo.protocol.buffers import allocate_control
 from envs import make_run_env
 from envs.reward_conditioning import CommandObservation, SparseReward
 from tests.support.chain_env import ChainEnv

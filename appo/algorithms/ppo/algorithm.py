@@ -1,0 +1,338 @@
+"""`--algo=appo`: PPO's clipped surrogate on whole trajectories, with V-trace (Espeholt et al. 2018) or GAE
+(Schulman et al. 2016) targets, and Adam. The math itself is the pure functions of appo/algorithms/common/returns.py and
+appo/algorithms/common/losses.py; this class decides what to feed them: targets once per iteration (GAE) or per
+minibatch under the current weights (V-trace, which corrects the policy lag), and minibatches of single steps
+(feed-forward, GAE) or of whole trajectories (V-trace or a recurrent core).
+
+On several learner ranks (--learner_world_size) each rank holds a contiguous part of the batch's trajectories and
+the update is still the one of the whole batch: the minibatches are drawn over the global batch (the same
+shuffle on every rank: same seed, same random state) and each rank trains on its own trajectories' part of each;
+the loss is the mean over the whole minibatch (each rank's mean weighted by its share, times G because DDP
+averages the ranks' gradients); advantage normalisation and the running normalisers use the statistics of the
+whole minibatch or batch (appo/learning/distributed.py). A rank with no sample in a minibatch still runs a
+forward and backward pass, on a zero stand-in with weight 0, because every rank must join each gradient
+all-reduce. With one rank every reduction is the identity and the arithmetic is the single learner's."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from appo.algorithms.base import Algorithm, NonFiniteGuard
+from appo.algorithms.common.losses import entropy_loss, policy_loss, value_loss
+from appo.algorithms.common.returns import gae, vtrace
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived
+
+
+class Part(NamedTuple):
+    """This rank's share of a minibatch: `n` of its `n_global` steps (n = 0: a zero stand-in)."""
+
+    n: int
+    n_global: int
+
+
+class PPO(Algorithm):
+    def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
+        super().__init__(cfg, derived, model, device, guard)
+        self.optimizer = torch.optim.Adam(
+            model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
+        )
+        # Centre and half-width of the action box, for the bounds loss (None: discrete or unbounded actions).
+        self.box: tuple[Tensor, Tensor] | None = None
+        bounds = getattr(model, "action_bounds", None)
+        if bounds is not None:
+            low, high = (torch.as_tensor(b, device=device) for b in bounds)
+            self.box = ((high + low) / 2, ((high - low) / 2).clamp(min=1e-6))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    # --- one iteration ------------------------------------------------------------------------------
+    def update(self, b: dict[str, Tensor], env_steps: int) -> dict[str, float]:
+        """num_epochs passes of minibatches_per_epoch minibatches over the batch."""
+        cfg, model = self.cfg, self.model
+        N, T = b["rewards"].shape
+        offset, n_global = self.ranks.layout(N)  # where this rank's trajectories sit in the whole batch
+        lr = self._set_learning_rate(env_steps)
+        if model.obs_normalizer is not None:
+            self._update_normalizer(model.obs_normalizer, b["obs"][:, :T])
+        is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
+        adv_all = ret_all = None
+        if not cfg.with_vtrace:
+            # GAE: targets once per iteration, from the weights before this iteration's updates.
+            adv_all, ret_all = self._targets(b, self._all_values(b), None)
+            if model.returns_normalizer is not None:
+                self._update_normalizer(model.returns_normalizer, ret_all)
+        sums: dict[str, float] = {}
+        count = 0
+        probe: Tensor | None = None  # the first minibatch: where the KL is read before and after the update
+        diagnostics: dict[str, float] = {}
+        for _ in range(cfg.num_epochs):
+            for idx, n_steps in self._minibatches(N, T, is_per_step, offset, n_global):
+                if probe is None:
+                    probe = idx
+                    diagnostics = self._diagnostics(b, idx, is_per_step, "kl_before")
+                    if adv_all is not None:
+                        diagnostics |= self._value_moments(b, adv_all, ret_all)
+                if is_per_step:
+                    loss, mb_stats = self._per_step_loss(b, idx, adv_all, ret_all, n_steps)
+                else:
+                    loss, mb_stats = self._trajectory_loss(b, idx, adv_all, ret_all, n_steps)
+                grad_norm = self.guard.step(loss, list(model.parameters()), self.optimizer, cfg.max_grad_norm)
+                if grad_norm != grad_norm:  # NaN: the guard skipped this step
+                    continue
+                mb_stats["grad_norm"] = grad_norm
+                for key, value in mb_stats.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+                count += 1
+        if probe is not None:
+            diagnostics |= self._diagnostics(b, probe, is_per_step, "kl_after")
+        # Each rank's statistics are its parts of the global means; the gradient norm is every rank's already.
+        sums = self.ranks.sum_stats(sums, same_on_every_rank=("grad_norm",))
+        stats = {key: value / max(count, 1) for key, value in sums.items()}
+        stats["learning_rate"] = lr
+        if probe is not None:
+            stats |= _read_diagnostics(self.ranks.sum_stats(diagnostics))
+        if model.log_std is not None:
+            stats["std"] = float(model.log_std.detach().exp().mean())
+        return stats
+
+    # --- diagnostics --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _diagnostics(self, b: dict[str, Tensor], idx: Tensor, is_per_step: bool, name: str) -> dict[str, float]:
+        """Sum and count of the k3 estimate of KL(behaviour || current weights) over the minibatch `idx` (this
+        rank's part), from the model itself (no DDP hooks, no normaliser updates)."""
+        T = b["rewards"].shape[1]
+        if idx.numel() == 0:
+            return {f"{name}_sum": 0.0, f"{name}_n": 0.0}
+        if is_per_step:
+            n, t = idx // T, idx % T
+            step = lambda key: b[key][n, t].unsqueeze(1)  # noqa: E731 - [n, 1, ...]
+            out = self.model(step("obs"), step("actions"), step("rnn_states"), step("dones"), 1)
+            old = b["log_probs"][n, t].unsqueeze(1)
+        else:
+            obs, rnn = b["obs"][idx], b["rnn_states"][idx]
+            out = self.model(obs[:, :T], b["actions"][idx], rnn[:, :T], b["dones"][idx], self.derived.recurrence)
+            old = b["log_probs"][idx]
+        log_ratio = out.log_probs - old
+        kl = (log_ratio.exp() - 1.0) - log_ratio
+        return {f"{name}_sum": float(kl.sum()), f"{name}_n": float(kl.numel())}
+
+    def _value_moments(self, b: dict[str, Tensor], adv: Tensor, returns: Tensor) -> dict[str, float]:
+        """Sums for the explained variance of this iteration's value targets by the values before the update
+        (GAE: the values are the targets minus the advantages), mergeable over ranks."""
+        r, e = returns.double(), adv.double()  # e = returns - values
+        return {"ev_n": float(r.numel()), "ev_r": float(r.sum()), "ev_rr": float((r * r).sum())} | {
+            "ev_e": float(e.sum()),
+            "ev_ee": float((e * e).sum()),
+        }
+
+    def _update_normalizer(self, normalizer: Any, x: Tensor) -> None:
+        if self.ranks.is_distributed:
+            self.ranks.update_normalizer(normalizer, x)  # every rank's part, merged exactly, finite only
+        else:
+            update_finite(normalizer, x)
+
+    def _set_learning_rate(self, env_steps: int) -> float:
+        lr = self.cfg.learning_rate
+        if self.cfg.lr_schedule == "linear_decay":
+            lr *= max(1.0 - env_steps / self.cfg.train_for_env_steps, 0.0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _minibatches(self, N: int, T: int, is_per_step: bool, offset: int, n_global: int) -> list[tuple[Tensor, int]]:
+        """Per minibatch: indices into this rank's N trajectories, as single steps of the flattened [N * T]
+        shuffled over the whole batch, or whole trajectories when targets or memory need them (V-trace, RNN); and
+        the minibatch's size in steps over all ranks. The shuffle is of the global batch of `n_global`
+        trajectories (this rank's from `offset`), so a minibatch holds the same samples whatever the number of
+        ranks, and each rank takes those of its own trajectories."""
+        k = self.derived.minibatches_per_epoch
+        steps_per_index = 1 if is_per_step else T
+        chunks = torch.randperm(n_global * T if is_per_step else n_global, device=self.device).chunk(k)
+        if not self.ranks.is_distributed:
+            return [(idx, idx.numel() * steps_per_index) for idx in chunks]
+        low, high = (offset * T, (offset + N) * T) if is_per_step else (offset, offset + N)
+        return [(idx[(idx >= low) & (idx < high)] - low, idx.numel() * steps_per_index) for idx in chunks]
+
+    # --- targets ------------------------------------------------------------------------------------
+    def _targets(self, b: dict[str, Tensor], values_n: Tensor, log_rhos: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Advantages and value targets [N, T] (raw reward units) from normalised values_n [N, T + 1]."""
+        cfg = self.cfg
+        rn = self.model.returns_normalizer
+        values = rn.denormalize(values_n) if rn is not None else values_n
+        rewards = b["rewards"]
+        if cfg.value_bootstrap:
+            # A time-limit truncation is not a death: add the discounted value of the state instead of
+            # zero. V(s_t) stands in for V(s_{t+1}) because the post-step observation was replaced by reset.
+            rewards = rewards + cfg.gamma * values[:, :-1] * b["truncated"]
+        discounts = cfg.gamma * (1.0 - b["dones"])
+        tm = lambda x: x.transpose(0, 1)  # noqa: E731 - [N, T] -> time-major [T, N]
+        if log_rhos is not None:
+            vs, adv = vtrace(
+                tm(log_rhos),
+                tm(discounts),
+                tm(rewards),
+                tm(values[:, :-1]),
+                values[:, -1],
+                cfg.vtrace_rho,
+                cfg.vtrace_c,
+            )
+            return tm(adv), tm(vs)
+        adv, returns = gae(tm(discounts), tm(rewards), tm(values[:, :-1]), values[:, -1], cfg.gae_lambda)
+        return tm(adv), tm(returns)
+
+    def _all_values(self, b: dict[str, Tensor]) -> Tensor:
+        """Normalised values [N, T + 1] of every trajectory under the current weights, no grad."""
+        N, T = b["rewards"].shape
+        if N == 0:  # a rank whose trajectories were all too old
+            return b["rewards"].new_zeros(0, T + 1)
+        with torch.no_grad():
+            values = self.model.values(b["obs"][:, :T], b["rnn_states"][:, :T], b["dones"], self.derived.recurrence)
+            boot = self.model.value_of(b["obs"][:, T], b["rnn_states"][:, T])
+        return torch.cat([values, boot.unsqueeze(1)], dim=1)
+
+    # --- losses -------------------------------------------------------------------------------------
+    def _loss(
+        self,
+        log_probs: Tensor,
+        old_log_probs: Tensor,
+        entropy: Tensor,
+        values: Tensor,
+        old_values: Tensor,
+        adv: Tensor,
+        targets: Tensor,
+        mean: Tensor | None,
+        part: Part,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """PPO's total loss; `mean`: the Gaussian means [n, A] of these steps, for the bounds loss; `part`: this
+        rank's share of the minibatch."""
+        cfg, ranks = self.cfg, self.ranks
+        if cfg.normalize_advantage and not ranks.is_distributed and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        elif cfg.normalize_advantage and ranks.is_distributed and part.n_global > 1:
+            adv_mean, adv_std = ranks.mean_std(adv if part.n else adv[:0])  # over the whole minibatch
+            adv = (adv - adv_mean) / (adv_std + 1e-8)
+        rn = self.model.returns_normalizer
+        targets_n = rn.normalize(targets) if rn is not None else targets
+        p_loss, p_stats = policy_loss(log_probs, old_log_probs, adv, cfg.ppo_clip_ratio)
+        v_loss = value_loss(values, old_values, targets_n, cfg.ppo_clip_value or None)
+        e_loss = entropy_loss(entropy)
+        terms = {"policy_loss": p_loss, "value_loss": v_loss, "entropy": -e_loss}
+        terms |= {"kl": p_stats["approx_kl"], "clip_fraction": p_stats["clip_fraction"]}
+        if cfg.bounds_loss_coeff > 0 and self.box is not None and mean is not None:
+            terms["bounds_loss"] = bounds_loss(mean, *self.box)
+        # Each term is a mean over this rank's steps; weighted by its share it is this rank's part of the mean over
+        # the whole minibatch (summed over the ranks by DDP for the gradient, by sum_stats for the statistics).
+        share = part.n / part.n_global if ranks.is_distributed else 1.0
+        loss = (
+            terms["policy_loss"]
+            + cfg.value_loss_coeff * terms["value_loss"]
+            - cfg.exploration_loss_coeff * terms["entropy"]
+        )
+        if "bounds_loss" in terms:
+            loss = loss + cfg.bounds_loss_coeff * terms["bounds_loss"]
+        if ranks.is_distributed:
+            loss = loss * (share * ranks.world_size)  # times G: DDP averages the ranks' gradients
+        return loss, {key: value.item() * share for key, value in terms.items()}
+
+    def _per_step_loss(
+        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor, ret_all: Tensor, n_global: int
+    ) -> tuple[Tensor, dict[str, float]]:
+        """Minibatch of single steps (feed-forward model, GAE): idx indexes the flattened [N * T]."""
+        part = Part(idx.numel(), n_global)
+        if part.n == 0:
+            b, idx, adv_all, ret_all = _stand_in(b, adv_all, ret_all)
+        T = b["rewards"].shape[1]
+        n, t = idx // T, idx % T
+        step = lambda key: b[key][n, t].unsqueeze(1)  # noqa: E731 - [n, 1, ...]: trajectories of one step
+        out = self.train_model(step("obs"), step("actions"), step("rnn_states"), step("dones"), 1)
+        return self._loss(
+            out.log_probs[:, 0],
+            b["log_probs"][n, t],
+            out.entropy[:, 0],
+            out.values[:, 0],
+            b["values"][n, t],
+            adv_all[n, t],
+            ret_all[n, t],
+            _mean(out.dist),
+            part,
+        )
+
+    def _trajectory_loss(
+        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor | None, ret_all: Tensor | None, n_global: int
+    ) -> tuple[Tensor, dict[str, float]]:
+        """Minibatch of whole trajectories (V-trace and/or RNN)."""
+        T = b["rewards"].shape[1]
+        part = Part(idx.numel() * T, n_global)
+        if part.n == 0:
+            b, idx, adv_all, ret_all = _stand_in(b, adv_all, ret_all)
+        obs, rnn = b["obs"][idx], b["rnn_states"][idx]
+        out = self.train_model(obs[:, :T], b["actions"][idx], rnn[:, :T], b["dones"][idx], self.derived.recurrence)
+        old_log_probs = b["log_probs"][idx]
+        if adv_all is None:
+            sub = {k: b[k][idx] for k in ("rewards", "dones", "truncated")}
+            with torch.no_grad():
+                boot = self.model.value_of(obs[:, T], rnn[:, T])
+            values_n = torch.cat([out.values.detach(), boot.unsqueeze(1)], dim=1)
+            adv, targets = self._targets(sub, values_n, out.log_probs.detach() - old_log_probs)
+            if self.model.returns_normalizer is not None:
+                self._update_normalizer(self.model.returns_normalizer, targets if part.n else targets[:0])
+        else:
+            adv, targets = adv_all[idx], ret_all[idx]
+        old_values = b["values"][idx]
+        return self._loss(
+            out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, _mean(out.dist), part
+        )
+
+
+def _read_diagnostics(d: dict[str, float]) -> dict[str, float]:
+    """approx_kl before and after the update, and the explained variance, from summed parts (appo/learning/
+    distributed.py sums them over ranks)."""
+    out = {}
+    for name in ("kl_before", "kl_after"):
+        if d.get(f"{name}_n", 0.0) > 0:
+            out[f"approx_{name}"] = d[f"{name}_sum"] / d[f"{name}_n"]
+    n = d.get("ev_n", 0.0)
+    if n > 1:
+        var_r = d["ev_rr"] / n - (d["ev_r"] / n) ** 2
+        var_e = d["ev_ee"] / n - (d["ev_e"] / n) ** 2
+        if var_r > 1e-12:
+            out["explained_variance"] = 1.0 - var_e / var_r
+    return out
+
+
+def _stand_in(
+    b: dict[str, Tensor], adv_all: Tensor | None, ret_all: Tensor | None
+) -> tuple[dict[str, Tensor], Tensor, Tensor | None, Tensor | None]:
+    """One all-zero trajectory shaped like the batch's, with zero targets, and the index of it: what a rank with
+    no sample in a minibatch trains on with weight 0, to join the ranks' gradient all-reduce."""
+    zero = {key: value.new_zeros(1, *value.shape[1:]) for key, value in b.items()}
+    targets = None if adv_all is None else zero["rewards"]
+    return zero, torch.zeros(1, dtype=torch.int64, device=zero["rewards"].device), targets, targets
+
+
+def _mean(dist: Any) -> Tensor | None:
+    """The Gaussian means [n, A] of a distribution over n steps; None for a categorical one."""
+    return getattr(dist, "mean", None)
+
+
+def bounds_loss(mean: Tensor, centre: Tensor, half_width: Tensor) -> Tensor:
+    """Mean over steps of the squared excess of each Gaussian mean beyond the action box, in half-widths:
+    0 inside the box. The env sees clipped actions, so a mean outside the box gets no gradient from the
+    returns (every sample near it clips to the same action) and drifts; navigation2d, whose reward has no action
+    cost, was seen to walk away from its goals for good that way (rl_games' bounds_loss plays the same role)."""
+    excess = ((mean - centre).abs() - half_width).clamp(min=0.0) / half_width
+    return excess.pow(2).sum(-1).mean()
+
+
+def update_finite(normalizer: Any, x: Tensor) -> None:
+    """Running statistics take only finite data: one NaN would poison them (and every later value) for good."""
+    if bool(torch.isfinite(x).all()):
+        normalizer.update(x)

@@ -1,0 +1,45 @@
+"""The flags and PBT ranges of `--algo=appo` (PPO with V-trace or GAE targets). Torch-free: appo/config/cfg.py builds
+the flat Cfg from every registered algorithm's group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from appo.config.flags import flag
+
+
+@dataclass
+class PpoCfg:
+    with_vtrace: bool = flag(True, "V-trace targets (off: GAE)")
+    vtrace_rho: float = flag(1.0, "V-trace rho-bar (importance weight clip of the TD error)")
+    vtrace_c: float = flag(1.0, "V-trace c-bar (trace cutting)")
+    gae_lambda: float = flag(0.95, "GAE lambda")
+    ppo_clip_ratio: float = flag(0.1, "PPO policy ratio clip epsilon")
+    ppo_clip_value: float = flag(1.0, "PPO value clip (normalised units); 0 disables")
+    value_loss_coeff: float = flag(0.5, "weight of the value loss")
+    exploration_loss_coeff: float = flag(0.003, "weight of the entropy bonus")
+    normalize_advantage: bool = flag(True, "normalise advantages per minibatch")
+    bounds_loss_coeff: float = flag(
+        0.0, "weight of a penalty on Gaussian means outside the action box (squared excess in half-ranges)"
+    )
+
+
+# What PBT may perturb, with its range and kind ("scale": multiplied/divided; "discount": 1 - value is).
+PPO_PBT_RANGES: dict[str, tuple[float, float, str]] = {
+    "learning_rate": (1e-6, 1e-2, "scale"),
+    "exploration_loss_coeff": (1e-5, 0.1, "scale"),
+    "ppo_clip_ratio": (0.02, 0.5, "scale"),
+    "ppo_clip_value": (0.05, 10.0, "scale"),
+    "value_loss_coeff": (0.05, 5.0, "scale"),
+    "max_grad_norm": (0.1, 20.0, "scale"),
+    "gamma": (0.9, 0.9999, "discount"),
+    "gae_lambda": (0.8, 0.999, "discount"),
+}
+
+
+def verify_ppo(cfg: object) -> list[str]:
+    """PPO's own flag errors, one line each."""
+    errors = []
+    if not 0.0 <= cfg.gae_lambda <= 1.0:  # type: ignore[attr-defined]
+        errors.append(f"--gae_lambda={cfg.gae_lambda}: must be in [0, 1]")  # type: ignore[attr-defined]
+    return errors

@@ -1,0 +1,55 @@
+"""The flags of `--algo=rcp_r|rcp_a` (Reward-Conditioned Policies, Kumar, Peng and Levine 2019), the defaults they
+change for shared flags (and for the reward-conditioned flags in appo/algorithms/reward_conditioned/udrl_flags.py),
+and their checks.
+Torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from appo.algorithms.reward_conditioned.udrl_flags import verify_command_policy
+from appo.config.flags import flag
+
+RCP_COMMAND_DIMS = 1  # the desired return (RCP-R) or advantage (RCP-A)
+
+
+@dataclass
+class RcpCfg:
+    rcp_replay_transitions: int = flag(100_000, "RCP: transitions the FIFO replay holds (whole episodes, oldest out)")
+    rcp_updates_per_iteration: int = flag(1000, "RCP: gradient updates per iteration (--batch_size samples each)")
+    rcp_beta: float = flag(1.0, "RCP: temperature of the weights min(exp(standardised target / beta), max)")
+    rcp_max_weight: float = flag(20.0, "RCP: cap of the exponential weights")
+    rcp_lambda: float = flag(0.95, "RCP-A: lambda of the TD(lambda) targets of the value function")
+    rcp_value_layers: list[int] = flag([64, 64], "RCP-A: hidden sizes of the value function (relu)")
+
+
+# Shared flags (and reward-conditioned flags) whose default differs for RCP: Adam 1e-3, batch 256, the gated 2x64
+# network, a one-dimensional command (RCP-R: discounted return, RCP-A: advantage), gradients not clipped.
+RCP_R_DEFAULTS = {
+    "learning_rate": 1e-3,
+    "batch_size": 256,
+    "max_grad_norm": 0.0,
+    "num_batches_per_epoch": 1,
+    "num_epochs": 1,
+    "command_mlp_layers": [64, 64],
+    "command_state_activation": "sigmoid",  # the network RCP was built and run with; not measured against tanh
+    "command_scale": [0.025],
+}
+RCP_A_DEFAULTS = RCP_R_DEFAULTS | {"command_scale": [0.1]}
+
+RCP_PBT_RANGES: dict[str, tuple[float, float, str]] = {}  # --with_pbt is refused
+
+
+def verify_rcp(c: Any) -> list[str]:
+    """RCP's flag errors (and engine options it does not support), one line each."""
+    errors = [
+        f"--{name}={getattr(c, name)}: must be > 0"
+        for name in ("rcp_replay_transitions", "rcp_updates_per_iteration", "rcp_beta", "rcp_max_weight")
+        if getattr(c, name) <= 0
+    ]
+    if not 0.0 <= c.rcp_lambda <= 1.0:
+        errors.append(f"--rcp_lambda={c.rcp_lambda}: must be in [0, 1]")
+    if not c.rcp_value_layers or min(c.rcp_value_layers) <= 0:
+        errors.append(f"--rcp_value_layers={c.rcp_value_layers}: must be one or more sizes > 0")
+    return errors + verify_command_policy(c, RCP_COMMAND_DIMS)

@@ -1,0 +1,241 @@
+"""Which components a run has, and where they run. `plan(cfg)` decides the topology once (the driver, serial
+mode and shutdown all read the same answer); a backend starts those components, moves messages between them
+and the driver, and stops them:
+
+- `LocalBackend` (this module): one process per component on this machine, shared-memory tensors, queues
+  from appo/protocol/wiring.py, a Supervisor that restarts what can be restarted;
+- `SerialBackend` (appo/backends/serial.py): the same component objects driven round-robin in the driver process;
+- `RayBackend` (appo/backends/ray/backend.py, --backend=ray): this one with actor workers as Ray actors, whose
+  trajectories reach the driver as arrays through Ray's object store.
+
+The driver (appo/driver/runner.py) only calls `start`, `poll`, `send`, `check`, `stop` and `kill_all`.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from appo.backends.supervision import Supervisor
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived, learner_devices
+from appo.models.registry import make_model
+from appo.protocol.messages import Stop
+from appo.protocol.param_sync import ParamStore
+from appo.protocol.processes import spawn_context, stop_processes
+from appo.protocol.wiring import Queues, actor_inbox, close_all, policy_queue, send, wire
+from utils.logging import log
+from utils.paths import checkpoint_dir
+
+
+class Topology(NamedTuple):
+    learners: tuple[int, ...]  # policy ids, one learner each
+    learner_devices: tuple[str, ...]  # the device of each of a policy's learner ranks (--learner_world_size)
+    policy_workers: tuple[tuple[int, int], ...]  # (policy whose queue it reads, index); none when actors act
+    shared_policy_workers: bool  # one set of policy workers serves every policy (queue of policy 0)
+    actors_act: bool  # actor workers answer their own inference requests
+    actors: tuple[int, ...]  # actor worker indices
+    evaluation_interval: int  # env steps between evaluations; 0: no evaluator runs and none is asked for
+
+
+def evaluation_interval(cfg: Cfg) -> int:
+    """Task envs are evaluated by meta-tests on held-out tasks (--meta_test_interval), others by
+    --eval_interval; the one that does not apply is ignored."""
+    return cfg.meta_test_interval if cfg.task_schedule != "none" else cfg.eval_interval
+
+
+def plan(cfg: Cfg) -> Topology:
+    from appo.sampling.policy_worker import actors_act
+
+    acting = actors_act(cfg)
+    shared = cfg.shared_policy_workers and cfg.num_policies > 1
+    served = [] if acting else [0] if shared else list(range(cfg.num_policies))
+    return Topology(
+        learners=tuple(range(cfg.num_policies)),
+        learner_devices=tuple(learner_devices(cfg)),
+        policy_workers=tuple((p, i) for p in served for i in range(cfg.policy_workers_per_policy)),
+        shared_policy_workers=shared,
+        actors_act=acting,
+        actors=tuple(range(cfg.num_workers)),
+        evaluation_interval=max(evaluation_interval(cfg), 0),
+    )
+
+
+class LocalBackend:
+    """Every component in its own process on this machine."""
+
+    uses_watchdog = True  # a driver blocked inside a queue call is killed with its children (appo/driver/runner.py)
+
+    def __init__(
+        self,
+        cfg: Cfg,
+        derived: Derived,
+        exp_dir: Path,
+        spaces: tuple[Any, Any],
+        device: str,
+        buffers: dict[str, torch.Tensor],
+        control: dict[str, torch.Tensor],
+    ) -> None:
+        self.cfg, self.derived, self.exp_dir, self.spaces, self.device = cfg, derived, exp_dir, spaces, device
+        self.buffers, self.control = buffers, control
+        self.topology = plan(cfg)
+        template = make_model(cfg, *spaces)
+        self.params = [ParamStore(template) for _ in range(cfg.num_policies)]
+        self.queues: Queues = wire(cfg.num_workers, cfg.num_policies)
+        self.sup: Supervisor | None = None
+        self.links: list[Any] = []  # per policy, with several learner ranks: what its ranks share
+        # Where an off-policy learner's replay lives when not in the learner (Ray replay shards:
+        # appo/backends/ray/backend.py)
+        self.replay_factory: Any = None
+
+    @property
+    def restarts(self) -> int:
+        return self.sup.restarts if self.sup is not None else 0
+
+    def start(self) -> None:
+        """Start learners first (they publish weights), then policy workers, actor workers, the evaluator."""
+        from appo.sampling.policy_worker import run_policy_worker
+
+        cfg, topo, q = self.cfg, self.topology, self.queues
+        common = (cfg, self.derived)
+        heartbeats = {"actors": self.control["heartbeats"], "policy_workers": self.control["policy_heartbeats"]}
+        self.sup = sup = Supervisor(
+            spawn_context(),
+            heartbeats,
+            q,
+            cfg.worker_stuck_timeout,
+            cfg.policy_workers_per_policy,
+            start_timeout=cfg.worker_start_timeout + cfg.decorrelate_experience_max_seconds,
+        )
+        for p in topo.learners:
+            self.start_learner_ranks(p)
+        for p, i in topo.policy_workers:
+            params = self.params if topo.shared_policy_workers else self.params[p]
+            args = (*common, p, i, self.buffers, params, self.spaces, self.device, self.control, q)
+            sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)
+        log.info(
+            "inference: %s",
+            "in the actor workers (numpy, cpu)" if topo.actors_act else f"policy workers on {self.device}",
+        )
+        self.start_actor_workers()
+        if topo.evaluation_interval > 0:
+            from appo.sampling.evaluator import run_evaluator
+
+            sup.add("evaluators", "evaluator", run_evaluator, lambda _inc: (cfg, self.spaces, self.params, q))
+
+    def start_actor_workers(self) -> None:
+        """One process per actor worker (appo/backends/ray/backend.py: Ray actors instead)."""
+        from appo.sampling.actor_worker import run_actor_worker
+
+        cfg, q = self.cfg, self.queues
+        acting = (self.params, self.spaces) if self.topology.actors_act else ()
+        assert self.sup is not None
+        for w in self.topology.actors:
+            args_of = lambda inc, w=w: (cfg, self.derived, w, self.buffers, self.control, inc, q, *acting)  # noqa: E731
+            self.sup.add("actors", f"actor_worker_{w}", run_actor_worker, args_of, True)
+
+    def start_learner_ranks(self, p: int) -> None:
+        """The learner of policy `p`: one process, or rank 0 (which takes the batches, publishes, saves and reports)
+        and ranks 1..G-1, none of them restartable: a dead rank stops the run, which resumes from rank 0's
+        checkpoint when started again."""
+        from appo.learning.distributed import RankLink, backend_for
+        from appo.learning.learner_process import rank_name, run_learner, run_learner_rank
+
+        devices, ckpt_dir = list(self.topology.learner_devices), checkpoint_dir(self.exp_dir, p)
+        link = RankLink(len(devices), backend_for(devices)) if len(devices) > 1 else None
+        if link is not None:
+            self.links.append(link)
+            log.info("learner %d: %d ranks on %s (%s)", p, len(devices), ", ".join(devices), link.backend)
+        common = (self.cfg, self.derived, p)
+        args = (*common, self.buffers, self.params[p], self.spaces, ckpt_dir, devices[0], self.control, self.queues)
+        assert self.sup is not None
+        self.sup.add("learners", rank_name(p, 0), run_learner, lambda _inc, a=(*args, link, self.replay_factory): a)
+        for rank in range(1, len(devices)):
+            args = (*common, rank, self.buffers, self.spaces, ckpt_dir, devices[rank], self.control, self.queues, link)
+            self.sup.add("learners", rank_name(p, rank), run_learner_rank, lambda _inc, a=args: a)
+
+    def poll(self, timeout: float) -> list[Any]:
+        """Messages for the driver that arrived within `timeout` seconds."""
+        try:
+            return self.queues.driver_queue.get_many(timeout=timeout)
+        except Exception:  # queue.Empty on timeout
+            return []
+
+    def send(self, msgs: list[Any]) -> None:
+        send(msgs, self.queues)
+
+    def check(self) -> list[str]:
+        return self.sup.check() if self.sup is not None else []
+
+    def kill_all(self) -> None:
+        if self.sup is not None:
+            self.sup.kill_all()
+
+    def stop(self, driver: Any) -> None:
+        """Stop actors, then policy workers, then learners (which save a final checkpoint), then the evaluator,
+        after one last evaluation of the weights the learners saved."""
+        if self.sup is None:
+            self.close_queues()
+            return
+        queues, stop = self.queues, Stop("driver")
+        for kind, targets in (
+            ("actors", [actor_inbox(queues, w) for w in range(len(queues.actor_inboxes))]),
+            ("policy_workers", [policy_queue(queues, p) for p in range(len(queues.policy_queues))]),
+            ("learners", queues.learner_queues),
+            ("evaluators", [queues.eval_queue]),
+        ):
+            processes = self.sup.of_kind(kind)
+            if kind == "evaluators" and processes and not driver.errors:
+                self.final_evaluation(driver, processes)
+            for target in targets:
+                for _ in range(len(processes) if kind == "policy_workers" else 1):
+                    put_quietly(target, stop)
+            forced = stop_processes(processes, timeout=30.0 if kind == "learners" else 10.0)
+            if forced:
+                log.warning("had to terminate: %s", ", ".join(forced))
+            driver.on_messages(self.poll(0.0))
+        self.close_queues()
+
+    def close_queues(self) -> None:
+        close_all(self.queues)
+        for link in self.links:
+            link.close()
+
+    def final_evaluation(self, driver: Any, evaluators: list[Any], timeout: float = 120.0) -> None:
+        """One last evaluation of every policy's newest weights, so every run ends with eval summaries; not
+        waited for once no evaluator process is alive to answer. An evaluation asked for before the stop may still
+        be running (of older weights): its answer comes first, then the saved weights are asked for."""
+        import time
+
+        deadline = time.monotonic() + timeout
+
+        def answered() -> bool:
+            """Until every outstanding evaluation is answered; False when no evaluator is left to answer."""
+            while not driver.evals_done() and time.monotonic() < deadline:
+                if not any(p.is_alive() for p in evaluators):
+                    log.warning("no final evaluation: the evaluator is gone")
+                    return False
+                driver.on_messages(self.poll(0.5))
+            return True
+
+        if answered():
+            self.send(driver.eval_requests(force=True))
+            answered()
+
+
+def put_quietly(queue: Any, msg: Any, timeout: float = 2.0) -> None:
+    """Deliver `msg` if that works within `timeout`. In a thread: a queue whose reader was killed can block
+    its writers for good, and the shutdown of everything else must not wait on it."""
+
+    def put() -> None:
+        try:
+            queue.put(msg, timeout=timeout)
+        except Exception as exc:  # a full or broken queue: the process is terminated after its join timeout
+            log.warning("could not deliver %r: %s", msg, exc)
+
+    thread = threading.Thread(target=put, daemon=True)
+    thread.start()
+    thread.join(timeout)

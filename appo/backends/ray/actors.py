@@ -1,0 +1,165 @@
+"""The Ray actor of --backend=ray (appo/backends/ray/backend.py says how the pieces meet): one actor worker's
+ActorWorker / EnvRunner / PolicyWorker objects over a private trajectory table, and the driver's record of it."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived
+from appo.models.registry import make_model
+from appo.protocol.buffers import POISON, allocate_control, first_slot, trajectory_spec
+from appo.protocol.messages import SlotsReleased, TrajectoryReady
+from appo.protocol.param_sync import ParamStore
+
+IN_FLIGHT = 2  # collect calls queued per actor: one running, one waiting, so that an actor never idles
+PARKED_SECONDS = 0.02  # a call that finds nothing to step returns after this long (its groups are all away)
+
+
+class RayActorWorker:
+    """Actor worker `worker_idx` inside a Ray actor. Ray constructs it again after a crash (max_restarts) from
+    the same arguments; the driver then calls `start` again."""
+
+    def __init__(
+        self, cfg: Cfg, derived: Derived, worker_idx: int, spaces: tuple[Any, Any], replay_shards: list | None = None
+    ) -> None:
+        from appo.protocol.processes import limit_threads
+
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        self._limits = limit_threads(1)  # one thread per actor, as in a local actor worker
+        self.cfg, self.derived, self.worker_idx, self.spaces = cfg, derived, worker_idx, spaces
+        self.replay_shards = replay_shards  # SAC's replay actors: full groups' transitions go there
+        self.worker: Any = None
+
+    def start(self, incarnation: int, group_at_learner: np.ndarray, weights: dict[int, tuple[int, Any]]) -> dict:
+        """Build envs and acting components; `group_at_learner`: the run's table, whose rows of this worker's
+        groups say which groups its learners still hold (a restarted worker must not refill them). Returns where
+        it runs."""
+        import ray
+
+        from appo.sampling.actor_worker import ActorWorker
+        from appo.sampling.policy_worker import make_policy_workers
+
+        cfg, derived, w = self.cfg, self.derived, self.worker_idx
+        buffers = private_trajectories(cfg, derived, self.spaces, w)
+        self.control = control = allocate_control(cfg, derived)
+        control["group_at_learner"].copy_(torch.from_numpy(group_at_learner))
+        self.template = make_model(cfg, *self.spaces)
+        self.params = [ParamStore(self.template) for _ in range(cfg.num_policies)]
+        self.versions = [-1] * cfg.num_policies
+        self._load_weights(weights)
+        acting = make_policy_workers(cfg, derived, buffers, self.params, self.spaces, "cpu", control, 1000 + w)
+        if self.worker is not None:
+            self.worker.close()
+        self.worker = ActorWorker(cfg, derived, w, buffers, control, incarnation, acting)
+        self.buffers = {k: v.numpy() for k, v in buffers.items()}
+        self.envs = slice(w * cfg.num_envs_per_worker, (w + 1) * cfg.num_envs_per_worker)  # its rows of the channel
+        self.outbox = self.worker.keep_local(self.worker.init())
+        if self.replay_shards:
+            from appo.algorithms.registry import algorithm_class
+            from appo.backends.ray.replay_shards import ShardPusher
+
+            self.pusher = ShardPusher(self.replay_shards, w)
+            self.replay_rows = algorithm_class(cfg.algo).replay_rows
+        context = ray.get_runtime_context()
+        return {"node_id": context.get_node_id(), "pid": os.getpid(), "incarnation": incarnation}
+
+    def _load_weights(self, weights: dict[int, tuple[int, Any]]) -> None:
+        import ray
+
+        for policy_id, (version, ref) in weights.items():
+            if version == self.versions[policy_id]:
+                continue
+            state = ray.get(ref[0])  # the reference, not the value, travelled with the call
+            self.template.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+            self.params[policy_id].publish(self.template, version)
+            self.versions[policy_id] = version
+
+    def collect(
+        self,
+        releases: list[SlotsReleased],
+        weights: dict[int, tuple[int, Any]],
+        assignments: np.ndarray,
+        commands: np.ndarray,
+        seconds: float,
+    ) -> dict:
+        """Step until at least one slot group is full (or `seconds` pass, or every group is at the learner);
+        returns the full groups' rows of every trajectory field, their TrajectoryReady messages and the
+        episode reports due."""
+        worker = self.worker
+        if worker is None:  # Ray restarted this actor and ran a call queued for the dead one: the driver starts it
+            return {"restarted": True}
+        self.control["assignments"][self.envs] = torch.from_numpy(assignments)
+        self.control["commands"][self.envs] = torch.from_numpy(commands)
+        self._load_weights(weights)
+        out = self.outbox
+        for msg in releases:
+            out += worker.handle(msg)
+        ready = [m for m in worker.keep_local(out) if type(m) is TrajectoryReady]
+        deadline = time.monotonic() + seconds
+        while not ready and worker.pending and time.monotonic() < deadline:
+            ready += [m for m in worker.act_locally() if type(m) is TrajectoryReady]
+        self.outbox = []
+        if not ready and not worker.pending:
+            time.sleep(PARKED_SECONDS)  # parked: nothing to do until a release comes with a later call
+        groups = {}  # first slot -> rows: several policies' messages may share one group
+        n = self.derived.envs_per_split
+        for msg in ready:
+            if msg.first_slot not in groups:
+                rows = slice(msg.first_slot, msg.first_slot + n)
+                if self.replay_shards:  # transitions to a replay shard; to the driver, what the learner counts
+                    self._push(msg)
+                    groups[msg.first_slot] = {"policy_versions": self.buffers["policy_versions"][rows].copy()}
+                else:
+                    groups[msg.first_slot] = {k: v[rows].copy() for k, v in self.buffers.items()}
+        return {
+            "ready": ready,
+            "groups": groups,
+            "reports": worker.reports(),
+            "parked": not worker.pending,
+        }
+
+    def _push(self, msg: TrajectoryReady) -> None:
+        """The transitions of the trajectories `msg` hands over, to the next replay shard (one call)."""
+        envs = range(msg.num_envs) if msg.envs is None else msg.envs
+        slots = torch.tensor([msg.first_slot + e for e in envs], dtype=torch.int64)
+        names = ("obs", "actions", "rewards", "dones", "truncated", "final_obs")
+        trajectories = {k: torch.from_numpy(self.buffers[k])[slots] for k in names}
+        rows = self.replay_rows(trajectories, self.template)
+        self.pusher.push({k: v.numpy() for k, v in rows.items()})
+
+
+def private_trajectories(
+    cfg: Cfg, derived: Derived, spaces: tuple[Any, Any], worker_idx: int
+) -> dict[str, torch.Tensor]:
+    """The run's trajectory table in this process's own memory, zero pages until written (numpy's zeros map
+    lazily): only worker `worker_idx`'s slots, poison-filled here, ever become resident."""
+    first, last = first_slot(cfg, derived, worker_idx, 0, 0), first_slot(cfg, derived, worker_idx + 1, 0, 0)
+    tensors = {}
+    for name, spec in trajectory_spec(cfg, *spaces).items():
+        array = np.zeros((derived.num_slots, *spec.shape), dtype=torch.empty(0, dtype=spec.dtype).numpy().dtype)
+        if name != "rnn_states":  # every trajectory's first state is the zero state
+            array[first:last] = POISON if spec.dtype.is_floating_point else -1
+        tensors[name] = torch.from_numpy(array)
+    return tensors
+
+
+@dataclass
+class ActorState:
+    """The driver's view of one Ray actor."""
+
+    handle: Any
+    incarnation: int = 0
+    node_id: str = ""
+    in_flight: dict[Any, float] = field(default_factory=dict)  # ref -> when submitted (collect and start calls)
+    releases: list[SlotsReleased] = field(default_factory=list)  # to go with the next call
+    versions: list[int] = field(default_factory=list)  # weights versions sent, per policy
+    is_parked: bool = False
+    started: Any = None  # the ref of the pending `start` call
+    start_at: float | None = None  # when to call `start` again (its actor was still restarting)

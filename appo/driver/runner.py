@@ -1,0 +1,337 @@
+"""THE DRIVER: verify the cfg -> write cfg.json -> read the env's spaces -> allocate shared buffers and
+weights -> wire queues -> spawn learners, policy workers and actor workers -> aggregate reports (status
+line, tensorboard, stop criteria, dead children) -> stop everyone and exit with a status code.
+
+Which components run, and where, is the backend's (appo/backends/local.py: processes on this machine;
+appo/backends/serial.py: the very same components in this process for --serial_mode); this loop is the same for both."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import torch
+
+from appo.backends.local import evaluation_interval
+from appo.config.cfg import Cfg, cfg_to_dict, experiment_dir
+from appo.config.derive import derive, resolve_device
+from appo.config.verify import verify_or_exit
+from appo.driver.pbt_controller import PbtController
+from appo.driver.stats import Stats, SummaryWriters, eval_line
+from appo.models.registry import make_model
+from appo.protocol.buffers import allocate_control, allocate_trajectories, shared_bytes
+from appo.protocol.control import ControlChannel, control_channel
+from appo.protocol.messages import ErrorReport, EvalReport, EvalRequest, HyperparamsReport, ReturnSummary
+from appo.protocol.processes import process_title, set_process_title
+from appo.protocol.wiring import queue_bytes
+from envs import UnknownEnvError, make_run_env, make_task_assigner
+from utils.logging import init_logging, log
+from utils.paths import cfg_path, checkpoint_dir, log_path, write_text_atomic
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Driver:
+    """Report aggregation and stop criteria, shared by the process and serial modes."""
+
+    def __init__(self, cfg: Cfg, exp_dir: Any, channel: ControlChannel | None = None) -> None:
+        self.cfg = cfg
+        # The writing end of the control channel (appo/protocol/control.py): which policy, task and weight set each env
+        # runs from its next episode; assigners of the driver's (an algorithm's schedule of tasks) write here.
+        self.channel = channel
+        self.stats = Stats(cfg.num_policies)
+        self.writers = SummaryWriters(exp_dir / "summaries", cfg.num_policies)
+        self.start = time.monotonic()
+        self.last_report = self.start
+        self.last_status = self.start
+        self.progress = (0, self.start)  # (env steps, when they last changed)
+        self.errors: list[str] = []
+        self.eval_interval = evaluation_interval(cfg)
+        self.next_eval = [self.eval_interval] * cfg.num_policies
+        self.eval_pending = [False] * cfg.num_policies
+        self.pbt = PbtController(cfg, exp_dir)
+        # Message type -> what the driver does with it besides statistics (Stats.on_report takes every report).
+        self.handlers = {ErrorReport: self._on_error, EvalReport: self._on_eval, HyperparamsReport: self._on_hparams}
+
+    def on_messages(self, msgs: list[Any]) -> None:
+        for msg in msgs:
+            handler = self.handlers.get(type(msg))
+            if handler is None or handler(msg):
+                self.stats.on_report(msg)
+
+    def _on_error(self, msg: ErrorReport) -> bool:
+        self.errors.append(f"{msg.component}: {msg.error.strip().splitlines()[-1]}")
+        return False  # not a statistic
+
+    def _on_eval(self, msg: EvalReport) -> bool:
+        self.eval_pending[msg.policy_id] = False
+        log.info(eval_line(msg))
+        return True
+
+    def _on_hparams(self, msg: HyperparamsReport) -> bool:
+        self.pbt.on_hparams(msg.policy_id, msg.hparams)
+        return True
+
+    def eval_requests(self, force: bool = False) -> list[EvalRequest]:
+        """Evaluations due (one outstanding per policy); `force` asks for one of every policy now."""
+        if self.eval_interval <= 0:
+            return []
+        out = []
+        for pid, p in enumerate(self.stats.policies):
+            if self.eval_pending[pid] or not (force or p.env_steps >= self.next_eval[pid]):
+                continue
+            last = p.last_eval
+            if force and last is not None and (last.env_steps, last.version) == (p.env_steps, p.version):
+                continue  # the newest weights were just evaluated
+            while self.next_eval[pid] <= p.env_steps:
+                self.next_eval[pid] += self.eval_interval
+            self.eval_pending[pid] = True
+            out.append(EvalRequest(pid, p.env_steps))
+        return out
+
+    def evals_done(self) -> bool:
+        return not any(self.eval_pending)
+
+    def _best_metric(self, pid: int) -> float | None:
+        p = self.stats.policies[pid]
+        if self.cfg.save_best_metric == "eval":
+            return p.last_eval.return_mean if p.last_eval is not None else None
+        return p.return_mean() if p.returns else None
+
+    def tick(self) -> list[Any]:
+        """Periodic work; returns the messages to send (return summaries for the learners)."""
+        now = time.monotonic()
+        self.stats.sample(now)
+        out: list[Any] = self.eval_requests() + self.pbt.tick(self.stats.policies)
+        if now - self.last_report < self.cfg.report_interval:
+            return out
+        self.last_report = now
+        self.report()
+        self.pbt.write_best(self.stats.policies)
+        metrics = [(pid, self._best_metric(pid)) for pid in range(self.cfg.num_policies)]
+        return out + [ReturnSummary(pid, value) for pid, value in metrics if value is not None]
+
+    def report(self) -> None:
+        # Progress and ETA only toward a budget a user set (the default is effectively unlimited).
+        target = self.cfg.train_for_env_steps if self.cfg.train_for_env_steps < Cfg.train_for_env_steps else None
+        now = time.monotonic()
+        log.info(self.stats.status_line(now - self.start, target, now - self.last_status))
+        self.last_status = now
+        self.writers.write(self.stats)
+
+    def should_stop(self) -> str | None:
+        if self.errors:
+            return "component failed"
+        now = time.monotonic()
+        if self.stats.env_steps != self.progress[0]:
+            self.progress = (self.stats.env_steps, now)
+        elif now - self.progress[1] > self.cfg.stall_timeout:
+            self.errors.append(
+                f"no training progress for {self.cfg.stall_timeout:g} s (--stall_timeout): a queue may "
+                "be blocked by a worker killed while writing to it; run the command again to resume"
+            )
+            return "stalled"
+        if self.stats.min_policy_env_steps >= self.cfg.train_for_env_steps:
+            return f"reached {self.cfg.train_for_env_steps} env steps" + (
+                " per policy" if self.cfg.num_policies > 1 else ""
+            )
+        if time.monotonic() - self.start >= self.cfg.train_for_seconds:
+            return f"ran {self.cfg.train_for_seconds:g} s"
+        iterations = self.cfg.train_for_iterations
+        if iterations > 0 and min(p.version for p in self.stats.policies) >= iterations:
+            return f"reached {iterations} iterations (train/version)"
+        return None
+
+    def close(self) -> None:
+        self.report()
+        self.pbt.write_best(self.stats.policies)
+        self.pbt.close()  # the population's schedule and random state, for a resumed run to continue
+        self.writers.close()
+
+
+def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int]:
+    """Everything before any process exists: verify, folders, cfg.json, logging, spaces, the number of train
+    tasks."""
+    verify_or_exit(cfg)
+    try:
+        env = make_run_env(cfg)
+    except UnknownEnvError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    spaces = (env.observation_space, env.action_space)
+    assigner = make_task_assigner(cfg, env, 0)
+    num_tasks = len(assigner.tasks) if assigner is not None else 0  # train tasks the control channel may name
+    env.close()
+    check_shared_memory(cfg, spaces)
+    check_checkpoints(cfg, spaces)
+    exp_dir = experiment_dir(cfg)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(cfg_path(exp_dir), json.dumps(cfg_to_dict(cfg), indent=2) + "\n")
+    init_logging(cfg.log_level, log_path(exp_dir), "driver")
+    set_process_title(process_title(cfg, "driver"))
+    return exp_dir, spaces, derive(cfg), num_tasks
+
+
+def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> None:
+    """On resume, the newest readable checkpoint of every policy must fit this cfg's model; otherwise exit 2
+    before anything starts (a learner failing later would leave a half-started run)."""
+    from appo.learning.checkpoint import load_latest
+
+    try:
+        template = make_model(cfg, *spaces)
+    except ValueError as exc:  # spaces the algorithm's model cannot serve (SAC on discrete actions)
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    for policy_id in range(cfg.num_policies):
+        loaded = load_latest(checkpoint_dir(experiment_dir(cfg), policy_id))
+        if loaded is None:
+            continue
+        state, path = loaded
+        try:
+            template.load_state_dict(state["model"])
+        except (KeyError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()
+            detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line), first[0])
+            print(
+                f"error: {path}: does not fit the model of this cfg ({detail}); use the run's own settings or "
+                "another --experiment",
+                file=sys.stderr,
+            )
+            raise SystemExit(2) from None
+
+
+def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], shm: str = "/dev/shm") -> None:
+    """Refuse to start (exit 2) when /dev/shm cannot hold the run's shared tensors and queues: otherwise a
+    worker would die with SIGBUS mid-run (Docker's default /dev/shm is 64 MB)."""
+    if cfg.serial_mode or not os.path.isdir(shm):
+        return
+    need = shared_bytes(cfg, derive(cfg), *spaces) + queue_bytes(cfg.num_workers, cfg.num_policies)
+    free = shutil.disk_usage(shm).free
+    if need * 1.1 > free:
+        print(
+            f"error: {shm} has {free / 2**20:.0f} MB free, this run needs about {need * 1.1 / 2**20:.0f} MB: "
+            "enlarge it (e.g. docker --shm-size) or lower --num_workers, --num_envs_per_worker or --rollout",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+def run(cfg: Cfg) -> int:
+    """Train until a stop criterion; returns the process exit status."""
+    if cfg.algo == "maml_trpo":  # synchronous meta-iterations, driven by their own loop
+        verify_or_exit(cfg)
+        from appo.driver.maml import run as run_maml
+
+        return run_maml(cfg)
+    exp_dir, spaces, derived, num_tasks = prepare(cfg)
+    torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg)
+    log.info(
+        "experiment %s: env %s, algo %s, %d workers x %d envs, device %s",
+        cfg.experiment,
+        cfg.env,
+        cfg.algo,
+        cfg.num_workers,
+        cfg.num_envs_per_worker,
+        device,
+    )
+    buffers = allocate_trajectories(cfg, derived, *spaces)
+    control = allocate_control(cfg, derived)
+    if cfg.serial_mode:
+        from appo.backends.serial import SerialBackend as backend_cls
+    elif cfg.backend == "ray":  # imported only here: a local run never imports Ray
+        from appo.backends.ray.backend import RayBackend as backend_cls
+    else:
+        from appo.backends.local import LocalBackend as backend_cls
+    backend = backend_cls(cfg, derived, exp_dir, spaces, device, buffers, control)
+    driver = Driver(cfg, exp_dir, control_channel(cfg, control, num_tasks))
+    # Signals are caught from before the first child starts: a SIGTERM during start-up stops cleanly too.
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum)) for s in STOP_SIGNALS}
+    try:
+        return drive(cfg, driver, backend, received)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def drive(cfg: Cfg, driver: Driver, backend: Any, received: list[int]) -> int:
+    """The driver's loop, the same for every backend: reports in, status and requests out, until a stop
+    criterion, a signal or a failure; then the backend stops every component."""
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if received:  # a second Ctrl-C: no more waiting, but no orphans either
+            log.warning("second signal: killing every process now")
+            backend.kill_all()
+            os._exit(130)
+        received.append(signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, on_signal)
+    # Longer than a legitimate shutdown (final evaluation, learners saving) can take.
+    watchdog = Watchdog(backend, limit=max(cfg.stall_timeout, 240.0)) if backend.uses_watchdog else None
+    reason = None
+    try:
+        backend.start()
+        while reason is None:
+            if watchdog is not None:
+                watchdog.beat()
+            driver.on_messages(backend.poll(0.1))
+            backend.send(driver.tick())
+            driver.errors += [] if driver.errors else backend.check()
+            driver.stats.restarts = backend.restarts
+            reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
+        log.info("stopping: %s", reason)
+    finally:
+        if watchdog is not None:
+            watchdog.beat()  # the shutdown has its own timeouts; the watchdog stays as the last resort
+        try:
+            backend.stop(driver)
+        finally:
+            driver.close()
+            if watchdog is not None:
+                watchdog.stop()
+    for error in driver.errors:
+        log.error("%s", error)
+    if driver.errors:
+        return 1
+    return 143 if received and received[0] == signal.SIGTERM else 0
+
+
+class Watchdog:
+    """Last resort against a driver blocked inside a queue call (a worker killed while holding the queue's
+    lock leaves it locked for good): when the driver's loop has not come round for `limit` seconds, kill
+    every child and exit 1, so that a wrapper or a person can resume the run instead of it hanging."""
+
+    def __init__(self, backend: Any, limit: float) -> None:
+        self.backend, self.limit = backend, limit
+        self.last = time.monotonic()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        self.thread.start()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        # Joined, so that its end (which drops the last reference to the backend and its tensors) is not left to
+        # interpreter shutdown: a thread freeing tensors then is ended by pthread_exit, which Ray turns into abort.
+        self.thread.join(timeout=5.0)
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(1.0):
+            if time.monotonic() - self.last > self.limit:
+                log.error(
+                    "the driver has been blocked for over %.0f s; killing every process (resume by running "
+                    "the same command again)",
+                    self.limit,
+                )
+                self.backend.kill_all()
+                os._exit(1)

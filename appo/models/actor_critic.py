@@ -1,0 +1,216 @@
+"""The actor-critic: observation normaliser -> MLP encoder -> optional GRU/LSTM core -> policy and value
+heads (optionally the value head reads its own MLP trunk, `--separate_value_trunk`). Policy workers call
+`act` on one step of many envs; the learner calls the module itself (`forward`, alias `evaluate`) on whole
+trajectories, so DDP's hooks and `torch.func.functional_call` see the whole computation. The return
+normaliser lives here too, so weights, normalisers and all travel together (to policy workers through
+appo.protocol.param_sync, to disk through appo.learning.checkpoint).
+
+Models are built by name through a registry (`MODELS`, `register_model`, `make_model`), so that other
+algorithms can add their own networks (a Q-function pair, a command-conditioned policy) beside this one."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from appo.config.cfg import Cfg
+from appo.models.distributions import Categorical, DiagGaussian
+from appo.models.normalize import RunningMeanStd
+from appo.models.registry import register_model
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+def build_mlp(in_size: int, layers: list[int], nonlinearity: str) -> tuple[nn.Sequential, int]:
+    """Linear + activation per hidden size; returns the MLP and its output width (`in_size` when empty)."""
+    modules: list[nn.Module] = []
+    size = in_size
+    for hidden in layers:
+        modules += [nn.Linear(size, hidden), _ACTIVATIONS[nonlinearity]()]
+        size = hidden
+    return nn.Sequential(*modules), size
+
+
+class ActOutput(NamedTuple):
+    actions: Tensor  # [B, A] float (Box) or [B, 1] int64 (Discrete)
+    log_probs: Tensor  # [B]
+    values: Tensor  # [B], normalised units
+    rnn_states: Tensor  # [B, H], the state after this step
+
+
+class EvalOutput(NamedTuple):
+    log_probs: Tensor  # [N, T]
+    entropy: Tensor  # [N, T]
+    values: Tensor  # [N, T], normalised units
+    dist: DiagGaussian | Categorical  # over the N * T steps, flattened
+
+
+@register_model("actor_critic")
+class ActorCritic(nn.Module):
+    def __init__(self, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> None:
+        super().__init__()
+        if cfg.separate_value_trunk and cfg.use_rnn:
+            raise ValueError("--separate_value_trunk: not supported with --use_rnn")
+        self.is_discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.use_rnn = cfg.use_rnn
+        self.rnn_type = cfg.rnn_type
+        obs_dim = int(np.prod(obs_space.shape))
+        self.obs_normalizer = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_input else None
+        self.returns_normalizer = RunningMeanStd(()) if cfg.normalize_returns else None
+
+        self.encoder, size = build_mlp(obs_dim, cfg.encoder_mlp_layers, cfg.nonlinearity)
+        self.core: nn.Module | None = None
+        if cfg.use_rnn:
+            cell = nn.GRUCell if cfg.rnn_type == "gru" else nn.LSTMCell
+            self.core = cell(size, cfg.rnn_size)
+            size = cfg.rnn_size
+        if self.is_discrete:
+            self.policy_head = nn.Linear(size, int(action_space.n))
+            self.log_std = None
+        else:
+            action_dim = int(np.prod(action_space.shape))
+            self.policy_head = nn.Linear(size, action_dim)
+            self.log_std = nn.Parameter(torch.full((action_dim,), cfg.initial_log_std))
+        # The action box (plain arrays, not state: checkpoints are unchanged), for losses that keep the Gaussian's
+        # mean inside it; None for discrete or unbounded actions.
+        self.action_bounds: tuple[np.ndarray, np.ndarray] | None = None
+        if not self.is_discrete and np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high)):
+            bounds = (action_space.low.reshape(-1), action_space.high.reshape(-1))
+            self.action_bounds = tuple(b.astype(np.float32) for b in bounds)  # type: ignore[assignment]
+        # With the separate trunk the value head reads that trunk's features, of the same width as the policy's
+        # (no core: see the check above).
+        self.value_head = nn.Linear(size, 1)
+        # Small initial policy outputs keep the first actions near the centre of the action range.
+        nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
+        nn.init.zeros_(self.policy_head.bias)
+        # Built last and only when asked for, so that without it the parameters, their names and the draws
+        # from the seeded generator are exactly those of models (and checkpoints) from before the option.
+        self.value_encoder: nn.Sequential | None = None
+        if cfg.separate_value_trunk:
+            self.value_encoder = build_mlp(obs_dim, cfg.encoder_mlp_layers, cfg.nonlinearity)[0]
+
+    # --- pieces -----------------------------------------------------------------------------------
+    def normalize_obs(self, obs: Tensor) -> Tensor:
+        obs = obs.float()
+        return self.obs_normalizer.normalize(obs) if self.obs_normalizer is not None else obs
+
+    def _value_features(self, norm_obs: Tensor, features: Tensor) -> Tensor:
+        """What the value head reads: the separate trunk's features of the normalised, flattened observations
+        `norm_obs` [..., obs_dim], or else the policy's `features` [..., F] themselves."""
+        return features if self.value_encoder is None else self.value_encoder(norm_obs)
+
+    def distribution(self, features: Tensor) -> DiagGaussian | Categorical:
+        params = self.policy_head(features)
+        if self.is_discrete:
+            return Categorical(params)
+        return DiagGaussian(params, self.log_std.expand_as(params))
+
+    def core_step(self, x: Tensor, rnn_states: Tensor) -> tuple[Tensor, Tensor]:
+        """One recurrent step for a batch: x [B, F], rnn_states [B, H] -> (features, new states)."""
+        if self.rnn_type == "lstm":
+            h, c = rnn_states.chunk(2, dim=-1)
+            h, c = self.core(x, (h.contiguous(), c.contiguous()))
+            return h, torch.cat([h, c], dim=-1)
+        h = self.core(x, rnn_states)
+        return h, h
+
+    # --- what the policy worker calls -------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: Tensor, rnn_states: Tensor, deterministic: bool = False) -> ActOutput:
+        """One step for B envs: obs [B, *obs_shape], rnn_states [B, H]."""
+        norm_obs = self.normalize_obs(obs).flatten(1)
+        x = self.encoder(norm_obs)
+        if self.core is not None:
+            x, rnn_states = self.core_step(x, rnn_states)
+        dist = self.distribution(x)
+        actions = dist.mode() if deterministic else dist.sample()
+        values = self.value_head(self._value_features(norm_obs, x)).squeeze(-1)
+        log_probs = dist.log_prob(actions)
+        if self.is_discrete:
+            actions = actions.unsqueeze(-1)
+        return ActOutput(actions, log_probs, values, rnn_states)
+
+    # --- what the learner calls -------------------------------------------------------------------
+    def features(self, obs: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
+        """Features of every step of N trajectories: obs [N, T, ...]; rnn_states [N, T, H] (only the
+        states at chunk starts, every `recurrence` steps, are used); dones [N, T] reset the state after
+        an episode ends. Returns [N, T, F]: the policy's features (see `values` for the value head's)."""
+        return self._core_features(self.encoder(self.normalize_obs(obs).flatten(2)), rnn_states, dones, recurrence)
+
+    def _core_features(self, x: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
+        """The core run over encoder outputs x [N, T, F] as described in `features` (x itself without a core)."""
+        T = x.shape[1]
+        if self.core is None:
+            return x
+        # The same recurrence as stepping the cell T times (restart from the stored state at every chunk start,
+        # zero the state after an episode end), run as spans with neither inside them: torch's sequence op takes
+        # a whole span in one call, which the learner's backward pass needs about 15-20% less time for than one
+        # cell call per step (GRU 128, 16 x 64 steps, one CPU thread).
+        ends = (dones[:, :-1].any(dim=0).nonzero().flatten() + 1).tolist()
+        cuts = sorted(set(range(0, T, recurrence)) | set(ends) | {T})
+        outputs = []
+        h = rnn_states[:, 0]
+        for start, stop in zip(cuts[:-1], cuts[1:], strict=True):
+            if start % recurrence == 0:
+                # Truncated BPTT: restart each chunk from the state the policy worker had there.
+                h = rnn_states[:, start]
+            out, h = self.core_span(x[:, start:stop], h)
+            outputs.append(out)
+            h = h * (1.0 - dones[:, stop - 1]).unsqueeze(-1)
+        return torch.cat(outputs, dim=1)
+
+    def core_span(self, x: Tensor, rnn_states: Tensor) -> tuple[Tensor, Tensor]:
+        """`core_step` over L steps with no reset inside: x [B, L, F], rnn_states [B, H] -> (features
+        [B, L, F'], the state after the last step)."""
+        cell = self.core
+        weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+        if self.rnn_type == "lstm":
+            h, c = (s.unsqueeze(0).contiguous() for s in rnn_states.chunk(2, dim=-1))
+            out, h, c = torch.lstm(x, (h, c), weights, True, 1, 0.0, self.training, False, True)
+            return out, torch.cat([h[0], c[0]], dim=-1)
+        out, h = torch.gru(x, rnn_states.unsqueeze(0).contiguous(), weights, True, 1, 0.0, self.training, False, True)
+        return out, h[0]
+
+    def forward(self, obs: Tensor, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
+        """Log-probs, entropies and values of T steps of N trajectories under the current weights.
+
+        obs [N, T, *obs_shape]; actions [N, T, A] float (Box) or [N, T, 1] int64 (Discrete); rnn_states
+        [N, T, H] and dones [N, T] as in `features`. Returns EvalOutput with [N, T] log-probs, entropies and
+        normalised values, and the distribution over the N * T steps. Being `forward`, it runs through
+        `self(...)`, so DDP's gradient hooks and `torch.func.functional_call` cover it."""
+        N, T = obs.shape[:2]
+        norm_obs = self.normalize_obs(obs).flatten(2)
+        x = self._core_features(self.encoder(norm_obs), rnn_states, dones, recurrence)
+        values = self.value_head(self._value_features(norm_obs, x)).reshape(N, T)
+        x = x.reshape(N * T, -1)
+        dist = self.distribution(x)
+        flat_actions = actions.reshape(N * T, -1)
+        if self.is_discrete:
+            flat_actions = flat_actions.squeeze(-1)
+        log_probs = dist.log_prob(flat_actions).reshape(N, T)
+        entropy = dist.entropy().reshape(N, T)
+        return EvalOutput(log_probs, entropy, values, dist)
+
+    def evaluate(self, obs: Tensor, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
+        """`forward` under its older name (through `self(...)`, so hooks still run): see there."""
+        return self(obs, actions, rnn_states, dones, recurrence)
+
+    def values(self, obs: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
+        """Normalised values [N, T] of every step of N trajectories, no actions needed; arguments as in
+        `features`. Callers use this rather than the value head, which may not read the policy's features."""
+        N, T = obs.shape[:2]
+        norm_obs = self.normalize_obs(obs).flatten(2)
+        if self.value_encoder is not None:
+            # The separate trunk reads observations only: no need to run the policy's encoder and core.
+            return self.value_head(self.value_encoder(norm_obs)).reshape(N, T)
+        x = self._core_features(self.encoder(norm_obs), rnn_states, dones, recurrence)
+        return self.value_head(x).reshape(N, T)
+
+    @torch.no_grad()
+    def value_of(self, obs: Tensor, rnn_states: Tensor) -> Tensor:
+        """Values [B] of single observations obs [B, ...] with states [B, H] (the bootstrap step)."""
+        return self.act(obs, rnn_states, deterministic=True).values

@@ -1,0 +1,162 @@
+"""The shared trajectory tensors: declared once in a spec table, allocated once by the driver in shared
+memory, poison-filled so that a read of a never-written cell shows up as -42.42 instead of a plausible 0.
+
+Layout: every tensor has a leading slot dimension. One slot holds one env's trajectory of `rollout`
+steps (T), plus the observation and rnn state after the last step (T + 1), so the learner bootstraps
+from a real value. Slots are grouped: a *slot group* is `envs_per_split` consecutive slots, one per env
+of a split, filled together. Each split owns `slot_groups_per_split` groups:
+
+    slot = ((worker_idx * worker_num_splits + split_idx) * slot_groups_per_split + group_idx)
+           * envs_per_split + env_in_split
+
+Ownership of a group moves with messages (appo/protocol/messages.py): the actor worker owns it while filling it,
+TrajectoryReady hands it to the learner, SlotsReleased hands it back. Only the owner writes; the policy
+worker writes into the current time step of a group only between the actor's InferenceRequest and its
+ActionsReady reply.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from appo.algorithms.registry import algorithm_spec
+from appo.config.cfg import Cfg
+from appo.config.derive import Derived
+
+POISON = -42.42
+
+
+class TensorSpec(NamedTuple):
+    shape: tuple[int, ...]  # per slot, after the leading slot dimension
+    dtype: torch.dtype
+
+
+def rnn_state_size(cfg: Cfg) -> int:
+    """Floats of recurrent state per env: h for a GRU, h and c for an LSTM, a placeholder without rnn."""
+    if not cfg.use_rnn:
+        return 1
+    return cfg.rnn_size * (2 if cfg.rnn_type == "lstm" else 1)
+
+
+def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, TensorSpec]:
+    """The table of every trajectory tensor: name -> (per-slot shape, dtype)."""
+    T = cfg.rollout
+    if isinstance(action_space, gym.spaces.Discrete):
+        action = TensorSpec((T, 1), torch.int64)
+    else:
+        action = TensorSpec((T, int(np.prod(action_space.shape))), torch.float32)
+    engine = {
+        "obs": TensorSpec((T + 1, *obs_space.shape), torch.float32),
+        "actions": action,
+        "log_probs": TensorSpec((T,), torch.float32),  # of the behaviour policy
+        "values": TensorSpec((T,), torch.float32),  # behaviour values, normalised units
+        "rewards": TensorSpec((T,), torch.float32),
+        "dones": TensorSpec((T,), torch.float32),  # episode ended (terminated or truncated) at this step
+        "truncated": TensorSpec((T,), torch.float32),  # ended by a time limit, not by the env's dynamics
+        "policy_versions": TensorSpec((T,), torch.int64),  # weights version that chose each action
+        "rnn_states": TensorSpec((T + 1, rnn_state_size(cfg)), torch.float32),  # state before each step
+    }
+    extra = algorithm_spec(cfg.algo).trajectory_fields
+    fillable = actor_fields(cfg, obs_space, action_space)
+    clash = sorted(set(extra) & set(engine))
+    unknown = sorted(set(extra) - set(fillable) - set(engine))
+    if clash or unknown:
+        raise ValueError(
+            f"--algo={cfg.algo}: trajectory fields {clash or unknown} are "
+            + ("the engine's own" if clash else f"not ones actor workers fill ({', '.join(fillable)})")
+        )
+    return engine | {name: fillable[name] for name in extra}
+
+
+def actor_fields(
+    cfg: Cfg, obs_space: gym.Space | None = None, action_space: gym.Space | None = None
+) -> dict[str, TensorSpec]:
+    """Per-step fields an algorithm may ask for (Algorithm.trajectory_fields), which actor workers then fill
+    (appo/sampling/env_runner.py): the task each step ran (its index in the train split, -1 for envs without
+    tasks), the episode it belongs to (unique in the run: global env index << 32 | the env's episode count),
+    the weight set that acted (appo/protocol/control.py), and (given the observation space) `final_obs`: the observation
+    the env returned at a step that ended its episode, which obs[t + 1] does not hold (it is the next episode's
+    first); written only at those steps, poison elsewhere."""
+    T = cfg.rollout
+    fields = {
+        "task_ids": TensorSpec((T,), torch.int64),
+        "episode_ids": TensorSpec((T,), torch.int64),
+        "weight_sets": TensorSpec((T,), torch.int64),
+    }
+    if obs_space is not None:
+        fields["final_obs"] = TensorSpec((T, *obs_space.shape), torch.float32)
+    if isinstance(action_space, gym.spaces.Box):
+        fields["action_noise"] = TensorSpec((T, int(np.prod(action_space.shape))), torch.float32)
+    return fields
+
+
+def allocate_trajectories(
+    cfg: Cfg, derived: Derived, obs_space: gym.Space, action_space: gym.Space
+) -> dict[str, torch.Tensor]:
+    """Allocate every trajectory tensor in shared memory, poison-filled (ints get -1)."""
+    tensors = {}
+    for name, spec in trajectory_spec(cfg, obs_space, action_space).items():
+        fill = POISON if spec.dtype.is_floating_point else -1
+        tensor = torch.full((derived.num_slots, *spec.shape), fill, dtype=spec.dtype)
+        tensors[name] = tensor.share_memory_()
+    tensors["rnn_states"].zero_()  # every trajectory's first state is the zero state
+    return tensors
+
+
+def group_number(worker_idx: int, split_idx: int, group_idx: int, num_splits: int, groups_per_split: int) -> int:
+    """The run-wide number of slot group `group_idx` of split `split_idx` of actor worker `worker_idx`: the one
+    formula behind every group index (slots, group_at_learner rows, the batcher's releases)."""
+    return (worker_idx * num_splits + split_idx) * groups_per_split + group_idx
+
+
+def group_index(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, group_idx: int) -> int:
+    return group_number(worker_idx, split_idx, group_idx, cfg.worker_num_splits, derived.slot_groups_per_split)
+
+
+def first_slot(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, group_idx: int) -> int:
+    return group_index(cfg, derived, worker_idx, split_idx, group_idx) * derived.envs_per_split
+
+
+def numpy_views(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """numpy views on the same shared memory (the actor's hot loop is numpy)."""
+    return {name: tensor.numpy() for name, tensor in tensors.items()}
+
+
+def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
+    """Small shared arrays for supervision, outside the trajectory table:
+    - heartbeats [num_workers] float64: wall time of each actor worker's last loop (0 before its first);
+    - policy_heartbeats [num_policies * policy_workers_per_policy] float64: the same for policy workers;
+    - slot_policy [num_slots] int64: the policy each slot's env runs in its current rollout (read by shared
+      policy workers, which serve every policy);
+    - group_at_learner [num_groups, num_policies] uint8: 1 while (part of) a slot group is handed to that
+      policy's learner; each cell has one writer at a time. A restarted actor worker takes as free only the
+      groups that no learner holds;
+    - assignments [num_envs_total, 3] int64: the control channel (appo/protocol/control.py), every cell free;
+    - commands [num_envs_total, 2] float32: the control channel's commands (reward-conditioned policies), NaN;
+    - episode_seeds [num_envs_total, 2] int64: the control channel's episode seeds (episodic runs), -1."""
+    from appo.protocol.control import allocate_assignments, allocate_commands, allocate_episode_seeds
+
+    num_groups = derived.num_splits_total * derived.slot_groups_per_split
+    return {
+        "heartbeats": torch.zeros(cfg.num_workers, dtype=torch.float64).share_memory_(),
+        "slot_policy": torch.zeros(derived.num_slots, dtype=torch.int64).share_memory_(),
+        "policy_heartbeats": torch.zeros(
+            cfg.num_policies * cfg.policy_workers_per_policy, dtype=torch.float64
+        ).share_memory_(),
+        "group_at_learner": torch.zeros(num_groups, cfg.num_policies, dtype=torch.uint8).share_memory_(),
+        "assignments": allocate_assignments(derived.num_envs_total),
+        "commands": allocate_commands(derived.num_envs_total),
+        "episode_seeds": allocate_episode_seeds(derived.num_envs_total),
+    }
+
+
+def shared_bytes(cfg: Cfg, derived: Derived, obs_space: gym.Space, action_space: gym.Space) -> int:
+    """Bytes of /dev/shm a run needs: trajectory tensors, weights are small; queues are counted by the caller."""
+    total = 0
+    for spec in trajectory_spec(cfg, obs_space, action_space).values():
+        total += derived.num_slots * int(np.prod(spec.shape)) * spec.dtype.itemsize
+    return total

@@ -1,0 +1,118 @@
+"""Process lifecycle: the spawn context, what every child does first (name, signals, thread limits,
+affinity, logging), how a child's failure reaches the driver, and how the driver stops them all.
+
+On a 2-core machine oversubscription is the enemy: every child runs torch and BLAS with one thread."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch.multiprocessing as torch_mp
+
+from appo.config.cfg import Cfg, experiment_dir
+from appo.protocol.messages import ErrorReport
+from utils.logging import init_logging, log
+from utils.paths import log_path
+
+
+def spawn_context() -> Any:
+    # spawn, not fork: a forked child would inherit the driver's threads and CUDA state.
+    return torch_mp.get_context("spawn")
+
+
+def limit_threads(num_threads: int = 1) -> Any:
+    """Limit torch, OpenMP and BLAS threads of this process; returns the threadpoolctl handle to keep."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(num_threads)
+    return threadpool_limits(limits=num_threads)
+
+
+def process_title(cfg: Cfg, name: str) -> str:
+    return f"appo:{cfg.experiment}:{name}"
+
+
+def set_process_title(title: str) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(title)
+    except ImportError:  # setproctitle is optional for correctness, only helps `ps` and `top`
+        pass
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the driver dies (even by kill -9), so no worker is orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() == 1:  # the driver died before the call above: do not outlive it
+        os._exit(1)
+
+
+def pin_to_cpu(index: int) -> None:
+    if hasattr(os, "sched_getaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[index % len(cpus)]})
+
+
+def component_main(cfg: Cfg, name: str, queues: Any, body: Callable[[], None], cpu: int | None = None) -> None:
+    """Common start-up and failure handling of every child process; runs `body`."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    die_with_parent()
+    set_process_title(process_title(cfg, name))
+    # The driver owns Ctrl-C and SIGTERM: it sends Stop to everyone and waits for a clean exit (learners save,
+    # the evaluator runs its last evaluation). A signal to the whole process group (`timeout`, `kill -- -PGID`,
+    # a batch scheduler stopping the job) must not kill the children under it; a child that does not stop is
+    # killed by the driver (stop_processes), and every child dies with the driver (die_with_parent).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    init_logging(cfg.log_level, log_path(experiment_dir(cfg)), name)
+    _limits = limit_threads(1)
+    if cpu is not None:
+        pin_to_cpu(cpu)
+    try:
+        body()
+    except Exception:
+        error = traceback.format_exc()
+        log.error("%s failed:\n%s", name, error)
+        try:
+            queues.driver_queue.put(ErrorReport(name, error), timeout=1.0)
+        except Exception:  # the driver may already be gone; the exit code still tells it
+            pass
+        sys.exit(1)
+
+
+def start_process(ctx: Any, target: Callable[..., None], args: tuple, name: str) -> Any:
+    process = ctx.Process(target=target, args=args, name=name, daemon=False)
+    process.start()
+    return process
+
+
+def stop_processes(processes: list[Any], timeout: float = 10.0) -> list[str]:
+    """Join every process within `timeout` seconds in total, then terminate (and kill) the rest.
+    Returns the names of processes that had to be forced."""
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        process.join(max(deadline - time.monotonic(), 0.01))
+    forced = []
+    for process in processes:
+        if process.is_alive():
+            forced.append(process.name)
+            process.terminate()
+            process.join(2.0)
+            if process.is_alive():
+                process.kill()
+                process.join(2.0)
+    return forced

@@ -1,0 +1,171 @@
+"""Evaluator: runs the newest weights of a policy with deterministic actions on its own envs, never
+touching the training buffers. For plain envs: `eval_episodes` episodes (eval/* summaries). For task
+envs: one trial on each held-out test task, with the recurrent state carried across the trial's
+episodes; the mean return by episode index is the adaptation curve (meta_test/* summaries); then the
+same trials with sampled actions (meta_test_sampled/return_ep*).
+
+On the CPU with --numpy_inference the evaluator acts with the numpy pass of its model (the actor workers' own,
+appo/models/numpy_policy.py; a torch forward pass of one observation costs several times the step of a MuJoCo
+env, and the meta-test of a task family runs thousands of them on the cores the actors step on); other models keep
+torch. Sampled meta-test actions come from a generator seeded by (seed, weights version) either way.
+
+`Evaluator` is the component (called directly in --serial_mode); `run_evaluator` the process shell,
+which serves EvalRequests from the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from appo.config.cfg import Cfg
+from appo.models.actor_critic import ActorCritic
+from appo.models.numpy_ops import FastPolicy, make_numpy_policy
+from appo.models.registry import make_model
+from appo.protocol.buffers import rnn_state_size
+from appo.protocol.messages import EvalReport, EvalRequest, Stop
+from appo.protocol.param_sync import ParamStore
+from appo.protocol.processes import component_main
+from appo.protocol.wiring import Queues, send
+from envs import make_run_env
+
+
+def env_action(actions: torch.Tensor | np.ndarray, space: gym.Space) -> Any:
+    """The action an env takes from the model's [1, A] (or [1, 1] discrete) output; Box actions clipped."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(actions[0, 0])
+    first = actions[0].numpy() if isinstance(actions, torch.Tensor) else actions[0]
+    return np.clip(first.reshape(space.shape), space.low, space.high)
+
+
+def run_episode(
+    env: gym.Env,
+    model: ActorCritic,
+    state_size: int,
+    deterministic: bool = True,
+    seed: int | None = None,
+    on_frame: Callable[[], None] | None = None,
+    fast: FastPolicy | None = None,
+) -> tuple[float, int, dict]:
+    """One engine episode (a whole trial for task envs) from reset to its end: (return, length, last info).
+    `on_frame` is called after the reset and after every step (video recording). `fast`: the numpy pass of `model`
+    (its weights loaded) to act with instead of torch."""
+    obs, _ = env.reset(seed=seed)
+    if on_frame is not None:
+        on_frame()
+    rnn = torch.zeros(1, state_size)
+    states = np.zeros((1, state_size), dtype=np.float32) if getattr(model, "core", None) is not None else None
+    total, length = 0.0, 0
+    while True:
+        if fast is not None:
+            actions, _, _, states = fast.act(np.asarray(obs, dtype=np.float32)[None], states, deterministic)
+        else:
+            with torch.inference_mode():
+                out = model.act(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), rnn, deterministic)
+            rnn, actions = out.rnn_states, out.actions
+        obs, reward, terminated, truncated, info = env.step(env_action(actions, env.action_space))
+        total += float(reward)
+        length += 1
+        if on_frame is not None:
+            on_frame()
+        if terminated or truncated:
+            return total, length, info
+
+
+class Evaluator:
+    def __init__(self, cfg: Cfg, spaces: tuple[gym.Space, gym.Space], params: list[ParamStore]) -> None:
+        self.cfg, self.params = cfg, params
+        self.model = make_model(cfg, *spaces).eval()
+        self.fast = make_numpy_policy(self.model, "cpu", cfg.seed) if cfg.numpy_inference else None
+        self.state_size = rnn_state_size(cfg)
+        self.is_meta = cfg.task_schedule != "none"
+        self.env = make_run_env(cfg, split="test" if self.is_meta else "train")
+
+    def evaluate(self, request: EvalRequest) -> EvalReport:
+        version = self.params[request.policy_id].pull(self.model)
+        if self.fast is not None:
+            self.fast.load(self.model)
+        if self.is_meta:
+            return self._meta_test(request, version)
+        episodes = [
+            run_episode(self.env, self.model, self.state_size, seed=self.cfg.seed + 10_000 + i, fast=self.fast)
+            for i in range(self.cfg.eval_episodes)
+        ]
+        returns = np.array([e[0] for e in episodes])
+        lengths = np.array([e[1] for e in episodes])
+        return EvalReport(
+            request.policy_id,
+            request.env_steps,
+            version,
+            float(returns.mean()),
+            float(returns.std()),
+            float(lengths.mean()),
+            [],
+            [],
+        )
+
+    def _meta_test(self, request: EvalRequest, version: int) -> EvalReport:
+        """One trial per held-out task with deterministic actions, then one with sampled actions."""
+        trials = self._trials(deterministic=True)
+        by_episode = np.array([t["returns"] for t in trials])  # [tasks, episodes_per_trial]
+        # The same tasks with sampled actions: a policy may need its noise to search within a trial (issue 19).
+        torch.manual_seed(self.cfg.seed + version)
+        if self.fast is not None:
+            self.fast.rng = np.random.default_rng(self.cfg.seed + version)
+        stochastic = np.array([t["returns"] for t in self._trials(deterministic=False)])
+        totals = by_episode.sum(axis=1)
+        lengths = [sum(t["lengths"]) for t in trials]
+        return EvalReport(
+            request.policy_id,
+            request.env_steps,
+            version,
+            float(totals.mean()),
+            float(totals.std()),
+            float(np.mean(lengths)),
+            by_episode.mean(axis=0).tolist(),
+            totals.tolist(),
+            stochastic.mean(axis=0).tolist(),
+        )
+
+    def _trials(self, deterministic: bool) -> list[dict]:
+        """One trial per held-out task, in order (the wrapper's sequence schedule hands them out)."""
+        schedule = self.env.schedule
+        schedule.index = 0
+        return [
+            run_episode(
+                self.env, self.model, self.state_size, deterministic, self.cfg.seed + 20_000 + i, None, self.fast
+            )[2]["trial"]
+            for i in range(len(schedule.tasks))
+        ]
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def evaluator_loop(evaluator: Evaluator, queues: Queues) -> None:
+    while True:
+        try:
+            msgs = queues.eval_queue.get_many(timeout=0.5)
+        except Exception:  # queue.Empty on timeout
+            msgs = []
+        for msg in msgs:
+            if type(msg) is Stop:
+                return
+            send([evaluator.evaluate(msg)], queues)
+
+
+def run_evaluator(cfg: Cfg, spaces: tuple[gym.Space, gym.Space], params: list[ParamStore], queues: Queues) -> None:
+    """Process entry point of the evaluator."""
+
+    def body() -> None:
+        evaluator = Evaluator(cfg, spaces, params)
+        try:
+            evaluator_loop(evaluator, queues)
+        finally:
+            evaluator.close()
+
+    component_main(cfg, "evaluator", queues, body)

@@ -1,0 +1,150 @@
+"""The envs of one split of an actor worker, as the env runner (appo/sampling/env_runner.py) steps them: one step of
+every env, resets (with the control channel's task or command), recovery of an env that raised, and the
+bookkeeping of finished episodes. `EnvRunner` adds the rollout protocol (slots, requests, hand-over) on top; the
+state these methods use is set up in `EnvRunner.__init__`."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import numpy as np
+
+from appo.protocol.control import FREE, POLICY, TASK, WEIGHTS
+from envs.tasks import task_family
+from utils.logging import log
+
+# Distinct env errors already logged by this process: each is logged once with its traceback.
+SEEN_ERRORS: set[str] = set()
+
+
+class SplitEnvs:
+    envs: list[Any]
+
+    def _step_envs(
+        self, actions: np.ndarray, t: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, dict], list[int]]:
+        """Step every env (whose episode runs) once; write the next observations at t + 1. Returns rewards, dones,
+        truncations, the trial infos of ended trials and the envs that failed."""
+        n = self.num_envs
+        rewards = np.empty(n, dtype=np.float32)
+        dones = np.zeros(n, dtype=np.float32)
+        truncs = np.zeros(n, dtype=np.float32)
+        obs_out = self.buf["obs"]
+        trials: dict[int, dict] = {}
+        failed: list[int] = []
+        episodic, alive = self.episodic, self.alive
+        for i, env in enumerate(self.envs):
+            if episodic and not alive[i]:  # its episode ended earlier in this rollout
+                rewards[i] = 0.0
+                obs_out[self.first + i, t + 1] = obs_out[self.first + i, t]
+                continue
+            try:
+                obs, reward, terminated, truncated, info = env.step(actions[i])
+                if terminated or truncated:
+                    dones[i] = 1.0
+                    truncs[i] = float(truncated and not terminated)
+                    trial = info.get("trial")
+                    if trial is not None:
+                        trials[i] = trial
+                    if self.final_obs is not None:
+                        self.final_obs[self.first + i, t] = obs  # before the reset replaces it
+                    if self.episodic:
+                        self.alive[i] = False
+                    else:
+                        obs = self._reset_env(i, trial)
+            except Exception as exc:  # a broken env must not take the worker (and the run) down
+                obs, reward = self._recover_env(i, exc), 0.0
+                dones[i] = truncs[i] = 1.0  # cut the episode; bootstrap it like a time limit
+                failed.append(i)
+                self.alive[i] = not self.episodic
+                if self.final_obs is not None:  # the step never happened: bootstrap from where it started
+                    self.final_obs[self.first + i, t] = obs_out[self.first + i, t]
+            rewards[i] = reward
+            obs_out[self.first + i, t + 1] = obs
+        return rewards, dones, truncs, trials, failed
+
+    def _recover_env(self, i: int, exc: Exception) -> np.ndarray:
+        """Log the error (once per distinct one), rebuild the env and return its first observation. More than
+        `max_env_errors` failures in a row of one env fail the run with a clear message."""
+        key = f"{type(exc).__name__}: {exc}"
+        if key not in SEEN_ERRORS:
+            SEEN_ERRORS.add(key)
+            log.error(
+                "worker %d env %d raised %s (env rebuilt, episode dropped)\n%s",
+                self.worker_idx,
+                i,
+                key,
+                "".join(traceback.format_exception(exc)),
+            )
+        if self.env_errors[i] + 1 > self.cfg.max_env_errors:
+            raise RuntimeError(
+                f"env {i} of worker {self.worker_idx} failed {self.env_errors[i] + 1} times in a row "
+                f"(--max_env_errors={self.cfg.max_env_errors}); last error: {key}"
+            ) from exc
+        try:
+            self.envs[i].close()
+        except Exception:  # the broken env may not even close; it is replaced anyway
+            pass
+        self.envs[i] = self.env_fn(self.first_env + i)
+        return self._reset_env(i)
+
+    def _reset_env(self, i: int, trial: dict | None = None, seed: int | None = None) -> np.ndarray:
+        """Start env `i`'s next episode (trial) and return its first observation; every reset of the runner
+        comes here. An env whose row of the control channel's command table is set starts from that command. A
+        task env runs the task in its control-channel TASK cell where that is set, else the one
+        its assigner picks, fed the return of the env's last finished trial (`trial`: the info["trial"] of the
+        episode that just ended, if it did)."""
+        assigner = self.task_assigners[i]
+        if self.commands is not None and not np.isnan(self.commands[self.first_env + i, 0]):
+            command = self.commands[self.first_env + i].tolist()  # the task schedule is none (verify_udrl)
+            return self.envs[i].reset(seed=seed, options={"command": command})[0]
+        if assigner is None:
+            task = int(self.assignments[self.first_env + i, TASK]) if self.episode_tasks is not None else FREE
+            if task != FREE:  # an episodic run's task, from the run's task table
+                task_family(self.envs[i]).set_task(self.episode_tasks[task])
+                self.env_task[i] = task
+            return self.envs[i].reset(seed=seed)[0]
+        if trial is not None:
+            self.last_trial_return[i] = float(sum(trial["returns"]))
+        task = int(self.assignments[self.first_env + i, TASK]) if self.assignments is not None else FREE
+        if task == FREE:
+            task = assigner.next(self.last_trial_return[i])
+        self.env_task[i] = task
+        return self.envs[i].reset(seed=seed, options={"task": assigner.tasks[task]})[0]
+
+    def _shape_rewards(self, rewards: np.ndarray) -> np.ndarray:
+        if self.cfg.reward_scale != 1.0:
+            rewards = rewards * self.cfg.reward_scale
+        if self.cfg.reward_clip > 0:
+            rewards = np.clip(rewards, -self.cfg.reward_clip, self.cfg.reward_clip)
+        return rewards
+
+    def _record_episodes(
+        self, rewards: np.ndarray, dones: np.ndarray, trials: dict[int, dict], failed: list[int]
+    ) -> None:
+        self.ep_returns += rewards
+        self.ep_lengths += 1
+        if dones.any():
+            for i in np.flatnonzero(dones):
+                if int(i) not in failed:  # an episode cut by an env error is not a result
+                    result = (float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i)))
+                    self.finished.append((*result, int(self.env_policy[i])))
+                self.next_policy[i], self.next_weights[i] = self._assigned(i, self.policy_draw.next(self.rng))
+            self.episode_count[dones > 0] += 1
+            self.ep_returns[dones > 0] = 0.0
+            self.ep_lengths[dones > 0] = 0
+
+    def _assigned(self, i: int, drawn_policy: int) -> tuple[int, int]:
+        """Policy and weight set of env `i`'s next episode: the control channel's, where it sets them, else the
+        drawn policy acting with its own weights."""
+        policy, weights = drawn_policy, FREE
+        if self.assignments is not None:
+            row = self.assignments[self.first_env + i]
+            policy = int(row[POLICY]) if row[POLICY] != FREE else drawn_policy
+            weights = int(row[WEIGHTS])
+        return policy, weights if weights != FREE else policy
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
