@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from appo.algorithms.registry import ALGORITHMS, algorithm_spec, resolve
 from appo.backends.local import evaluation_interval
 from appo.config.cfg import Cfg, cfg_to_dict, experiment_dir
 from appo.config.derive import derive, resolve_device
@@ -224,11 +225,10 @@ def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], shm: str = "/dev/shm"
 
 def run(cfg: Cfg) -> int:
     """Train until a stop criterion; returns the process exit status."""
-    if cfg.algo == "maml_trpo":  # synchronous meta-iterations, driven by their own loop
+    run_loop = algorithm_spec(cfg.algo).run_loop if cfg.algo in ALGORITHMS else ""
+    if run_loop:  # an algorithm with a loop of its own (MAML's synchronous meta-iterations)
         verify_or_exit(cfg)
-        from appo.driver.maml import run as run_maml
-
-        return run_maml(cfg)
+        return resolve(run_loop)(cfg)
     exp_dir, spaces, derived, num_tasks = prepare(cfg)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg)

@@ -10,19 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from appo.algorithms.registry import ALGORITHMS
 from appo.protocol.messages import EpisodeReport, EvalReport, HyperparamsReport, TrainReport
 from envs.wrappers import task_bucket
 
 FPS_WINDOWS = (10, 60, 300)  # seconds
 RETURN_WINDOW = 100  # episodes averaged for the return statistics
-# Learner statistics written under perf/ rather than train/ (besides policy_lag_*).
-PERF_KEYS = {
-    "dropped_trajectories",
-    "updates_per_env_step",
-    "updates_per_sec",
-    "replay_size",
-    "learner_samples_per_sec",
-}
+# Learner statistics written under perf/ rather than train/ (besides policy_lag_*): the engine's, and each
+# algorithm's own (its spec's perf_keys).
+PERF_KEYS = {"dropped_trajectories"}.union(*(spec.perf_keys for spec in ALGORITHMS.values()))
 
 
 class PolicyStats:

@@ -20,11 +20,18 @@ from appo.protocol.buffers import group_number
 from appo.protocol.messages import SlotsReleased, TrajectoryReady
 
 
+def within_lag(versions: torch.Tensor, version: int, max_policy_lag: int) -> torch.Tensor:
+    """[N] bool: the trajectories (policy versions [N, T]) none of whose steps is more than `max_policy_lag`
+    versions behind `version`. The one lag filter: when a batch is taken, and again when it is trained."""
+    if versions.numel() == 0:
+        return torch.ones(versions.shape[0], dtype=torch.bool)
+    return (version - versions).max(dim=1).values <= max_policy_lag
+
+
 class Batch(NamedTuple):
     tensors: dict[str, torch.Tensor]  # each [N, T(+1), ...] on the learner's device
     env_steps: int  # steps taken out of the buffers, dropped ones included
     dropped: int  # trajectories dropped for policy lag
-    lag: torch.Tensor  # [N * T] policy lag of every kept sample (versions behind at batch time)
     releases: list[SlotsReleased]  # groups fully copied
     # Env steps counted up to and including this batch when it was taken: the clock of the learning-rate
     # schedule, the same on every learner rank (-1: not set, the learner's count when it trains).
@@ -37,7 +44,6 @@ class Taken(NamedTuple):
     index: torch.Tensor  # [N] slots of the kept trajectories, in batch order
     env_steps: int
     dropped: int
-    lag: torch.Tensor
     releases: list[SlotsReleased]
 
 
@@ -90,7 +96,7 @@ class Batcher:
     def take(self, version: int, max_policy_lag: int) -> Batch:
         """Copy the next `trajectories_per_batch` trajectories out of shared memory."""
         taken = self.take_slots(version, max_policy_lag)
-        return Batch(self.copy(taken.index), taken.env_steps, taken.dropped, taken.lag, taken.releases)
+        return Batch(self.copy(taken.index), taken.env_steps, taken.dropped, taken.releases)
 
     def take_slots(self, version: int, max_policy_lag: int) -> Taken:
         """The slots of the next `trajectories_per_batch` trajectories, less those older than `max_policy_lag`
@@ -144,13 +150,10 @@ class Batcher:
         """The batch of trajectories in slots `index`, less those older than `max_policy_lag` versions."""
         n = len(index)
         T = self.buf["rewards"].shape[1]
-        versions = self.buf["policy_versions"][index]
-        lag = version - versions
-        keep = lag.max(dim=1).values <= max_policy_lag
+        keep = within_lag(self.buf["policy_versions"][index], version, max_policy_lag)
         if not bool(keep.all()):
-            index, lag = index[keep], lag[keep]
-        dropped = int((~keep).sum())
-        return Taken(index, n * T, dropped, lag.flatten(), releases)
+            index = index[keep]
+        return Taken(index, n * T, int((~keep).sum()), releases)
 
     def copy(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
         """The trajectories in slots `index` [n], every field of the spec table (appo/protocol/buffers.py), the

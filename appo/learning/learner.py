@@ -24,7 +24,7 @@ from appo.algorithms.registry import algorithm_class, algorithm_spec
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.config.pbt import initial_hparams, policy_hparams
-from appo.learning.batcher import Batch, Batcher
+from appo.learning.batcher import Batch, Batcher, within_lag
 from appo.learning.checkpoint import load_checkpoint, load_latest, save_best, save_checkpoint, save_snapshot
 from appo.learning.distributed import RankLink, state_digest
 from appo.models.registry import make_model
@@ -340,13 +340,12 @@ class Learner:
 
     def _drop_stale(self, batch: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The batch's trajectories within --max_policy_lag of the current version, and their lag [n * T]."""
-        versions = batch.tensors["policy_versions"]
-        lag = self.version - versions
-        keep = lag.max(dim=1).values <= self.max_policy_lag if lag.numel() else torch.ones(0, dtype=torch.bool)
-        if bool(keep.all()):
-            return batch.tensors, lag.flatten()
-        self.dropped += int((~keep).sum())
-        return {k: v[keep] for k, v in batch.tensors.items()}, lag[keep].flatten()
+        keep = within_lag(batch.tensors["policy_versions"], self.version, self.max_policy_lag)
+        tensors = batch.tensors
+        if not bool(keep.all()):
+            self.dropped += int((~keep).sum())
+            tensors = {k: v[keep] for k, v in tensors.items()}
+        return tensors, (self.version - tensors["policy_versions"]).flatten()
 
 
 def random_states() -> dict[str, Any]:

@@ -41,14 +41,13 @@ class ShardingBatcher:
             slots = tuple(int(s) for s in shards[rank])
             self.link.inboxes[rank].put(ShardReady(self.policy_id, rank, self.batches, slots, taken.env_steps))
         tensors = self.batcher.copy(shards[0])
-        per_rank = len(shards[0]) * int(taken.lag.numel() // max(int(taken.index.numel()), 1))
         # The slot groups may go back to the actors (async mode: now) only once every rank holds its copy.
         self.link.wait_copied(self.batches)
-        return Batch(tensors, taken.env_steps, taken.dropped, taken.lag[:per_rank], taken.releases)
+        return Batch(tensors, taken.env_steps, taken.dropped, taken.releases)
 
 
 def take_shard(batcher: Batcher, link: RankLink, rank: int, msg: ShardReady) -> Batch:
     """Rank r > 0: copy the shard `msg` names out of shared memory and tell rank 0 it is done."""
     tensors = batcher.copy(torch.tensor(msg.slots, dtype=torch.int64))
     link.copied[rank] = msg.batch_idx
-    return Batch(tensors, msg.env_steps, 0, torch.zeros(0, dtype=torch.int64), [])
+    return Batch(tensors, msg.env_steps, 0, [])

@@ -195,10 +195,6 @@ class ActorCritic(nn.Module):
         entropy = dist.entropy().reshape(N, T)
         return EvalOutput(log_probs, entropy, values, dist)
 
-    def evaluate(self, obs: Tensor, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
-        """`forward` under its older name (through `self(...)`, so hooks still run): see there."""
-        return self(obs, actions, rnn_states, dones, recurrence)
-
     def values(self, obs: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
         """Normalised values [N, T] of every step of N trajectories, no actions needed; arguments as in
         `features`. Callers use this rather than the value head, which may not read the policy's features."""

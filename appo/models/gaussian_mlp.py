@@ -66,6 +66,8 @@ class NumpyGaussianMlp(NumpyPass):
     drawn from its own generator. The arithmetic is fixed (contiguous float32 rows, x @ W.T + b per layer), so a
     row's actions depend only on that row and on the shape of the batch it is computed in."""
 
+    takes_noise = True
+
     @staticmethod
     def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
         if not on_cpu_exactly(model, device, MamlPolicy):

@@ -114,6 +114,8 @@ class NumpyPass:
     """A numpy pass of one model class (below): its own seeded generator for sampling, the weights copied by `load`
     (again after every pull)."""
 
+    takes_noise = False  # act(..., noise=) acts with the given standard-normal draws (an episodic rollout's)
+
     def __init__(self, model: torch.nn.Module, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
         self.load(model)

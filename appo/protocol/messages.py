@@ -4,7 +4,7 @@ Messages carry ids and slot indices only; observations, actions and the rest sta
 trajectory tensors (appo/protocol/buffers.py). Records are NamedTuples because they pickle fast and small, and
 faster-fifo pickles each message that travels.
 
-Who sends what to whom (the queues themselves are created in appo.driver.runner.wire):
+Who sends what to whom (the queues themselves are created by appo.protocol.wiring.wire):
 
     actor worker  --InferenceRequest-->  policy queue of `policy_id` (any of its policy workers)
     policy worker --ActionsReady------>  inbox of actor worker `worker_idx`
@@ -28,7 +28,7 @@ Who sends what to whom (the queues themselves are created in appo.driver.runner.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 
 class InferenceRequest(NamedTuple):
@@ -189,9 +189,6 @@ class Stop(NamedTuple):
     """Finish what you are doing, flush and save, and exit."""
 
     reason: str = ""
-
-
-Message = Any
 
 
 class HvpRequest(NamedTuple):

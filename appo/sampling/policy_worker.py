@@ -67,9 +67,12 @@ class PolicyWorker:
         # Episodic runs (MAML): one pass per request, so that a row's actions come from a batch of the same shape
         # however requests happen to arrive (one worker or four give the same bits), acting with the rollout's noise.
         self.per_request = algorithm_spec(cfg.algo).episodic
+        # The rollout's own action noise (a trajectory field the algorithm asks for) is handed to a numpy pass that
+        # acts with given noise; asking for the field with a model whose pass cannot is a configuration error.
         self.has_noise = "action_noise" in self.np_buf
+        if self.has_noise and any(f is None or not f.takes_noise for f in self.fast):
+            raise ValueError(f"--algo={cfg.algo}: its rollouts carry action noise, which its model's pass cannot take")
         self.timing = Timing()
-        self.samples = 0
 
     @property
     def version(self) -> int:
@@ -147,7 +150,6 @@ class PolicyWorker:
                 if recurrent:
                     buf["rnn_states"][s, t + 1] = rnn_out[start:end]
                 start = end
-        self.samples += start
 
     def _forward_stacked(self, slots: np.ndarray, ts: np.ndarray, owner: np.ndarray) -> None:
         """Every policy's envs in one stacked numpy pass; each slot gets its own policy's version. Reads and
@@ -166,7 +168,6 @@ class PolicyWorker:
             buf["policy_versions"][slots, ts] = np.asarray(self.versions)[owner]
             if recurrent:
                 buf["rnn_states"][slots, ts + 1] = rnn_out
-        self.samples += len(slots)
 
 
 def make_policy_workers(

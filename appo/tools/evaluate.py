@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from appo.algorithms.registry import ALGORITHMS, algorithm_spec, resolve
 from appo.config.cfg import Cfg, _f, experiment_dir
 from envs import UnknownEnvError, make_run_env, trial_length
 from utils.logging import init_logging, log
@@ -309,8 +310,9 @@ def _evaluate(cfg: EnjoyCfg) -> int:
     state, ckpt_path = load_policy_state(cfg)
     display = has_display()
     prepare_headless(display)
-    if cfg.algo == "maml_trpo":  # adapt to one test task and show before and after (appo/tools/maml_enjoy.py)
-        return _enjoy_maml(cfg, state, ckpt_path, plan_render(cfg, display))
+    own = algorithm_spec(cfg.algo).enjoy if cfg.algo in ALGORITHMS else ""
+    if own:  # the algorithm shows itself (MAML: adapt to one test task, before and after)
+        return _enjoy_own(own, cfg, state, ckpt_path, plan_render(cfg, display))
     env, plan = make_eval_env(cfg, plan_render(cfg, display))
     video: VideoWriter | None = None
     try:
@@ -333,13 +335,12 @@ def _evaluate(cfg: EnjoyCfg) -> int:
     return 0
 
 
-def _enjoy_maml(cfg: EnjoyCfg, state: dict[str, Any], ckpt_path: Path, plan: RenderPlan) -> int:
-    from appo.tools.maml_enjoy import enjoy_maml
-
-    log.info("loaded %s (iteration %s, %s env steps)", ckpt_path, state.get("iteration"), state.get("env_steps"))
+def _enjoy_own(target: str, cfg: EnjoyCfg, state: dict[str, Any], ckpt_path: Path, plan: RenderPlan) -> int:
+    version = state.get("iteration", state.get("version"))
+    log.info("loaded %s (iteration %s, %s env steps)", ckpt_path, version, state.get("env_steps"))
     video = VideoWriter(new_video_path(experiment_dir(cfg), ckpt_path), cfg.fps) if plan.record_video else None
     try:
-        enjoy_maml(cfg, state, plan.env_render_mode, video)
+        resolve(target)(cfg, state, plan.env_render_mode, video)
     except ValueError as exc:  # --task out of the test split's range
         raise EnjoyError(_first_line(exc)) from exc
     finally:

@@ -53,7 +53,7 @@ def test_act_and_evaluate_agree(action_space, rnn_type):
         h = out.rnn_states * (1 - dones[:, t]).unsqueeze(-1) if rnn_type else h
     actions = torch.stack(actions, 1)
     assert actions.shape[:2] == (N, T)
-    ev = model.evaluate(obs, actions, states, dones, recurrence=T)
+    ev = model(obs, actions, states, dones, recurrence=T)
     assert ev.log_probs.shape == (N, T) and ev.values.shape == (N, T) and ev.entropy.shape == (N, T)
     torch.testing.assert_close(ev.log_probs, torch.stack(step_log_probs, 1), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ev.values, torch.stack(step_values, 1), atol=1e-5, rtol=1e-5)
@@ -95,7 +95,7 @@ def test_functional_call_is_evaluate(action_space, rnn_type):
     model = make_model(rnn_cfg(rnn_type), OBS, action_space)
     model.obs_normalizer.update(torch.randn(100, 4) * 2 + 1)  # buffers that matter
     args = trajectories(model, rnn_type)
-    expected = model.evaluate(*args, 2)
+    expected = model(*args, 2)
     own = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     out = functional_call(model, own, (*args, 2))
     torch.testing.assert_close(out.log_probs, expected.log_probs)
@@ -115,7 +115,7 @@ def test_functional_call_is_evaluate(action_space, rnn_type):
     grads = torch.func.grad(loss)(params)
     assert grads.keys() == params.keys()
     # The same gradients as autograd through the module itself (evaluate, what the learner differentiates).
-    ev = model.evaluate(*args, 2)
+    ev = model(*args, 2)
     (ev.log_probs.mean() + ev.values.square().mean() - 0.01 * ev.entropy.mean()).backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(grads[name], p.grad, msg=name)
@@ -131,7 +131,7 @@ def test_values_are_evaluates_values(rnn_type):
     obs, actions, states, dones = trajectories(model, rnn_type)
     values = model.values(obs, states, dones, 2)
     assert values.shape == obs.shape[:2]
-    torch.testing.assert_close(values, model.evaluate(obs, actions, states, dones, 2).values)
+    torch.testing.assert_close(values, model(obs, actions, states, dones, 2).values)
 
 
 # Parameter and buffer names of models from before --separate_value_trunk: checkpoints store these.
@@ -190,15 +190,15 @@ def test_separate_value_trunk():
     model = make_model(Cfg(separate_value_trunk=True, encoder_mlp_layers=[16, 8]), OBS, BOX)
     assert [type(m) for m in model.value_encoder] == [type(m) for m in model.encoder]
     obs, actions, states, dones = trajectories(model, None)
-    before = model.evaluate(obs, actions, states, dones, 1)
+    before = model(obs, actions, states, dones, 1)
     with torch.no_grad():
         model.encoder[0].weight.add_(0.5)
-    after = model.evaluate(obs, actions, states, dones, 1)
+    after = model(obs, actions, states, dones, 1)
     torch.testing.assert_close(after.values, before.values)
     assert not torch.allclose(after.log_probs, before.log_probs)
     with torch.no_grad():
         model.value_encoder[0].weight.add_(0.5)
-    last = model.evaluate(obs, actions, states, dones, 1)
+    last = model(obs, actions, states, dones, 1)
     torch.testing.assert_close(last.log_probs, after.log_probs)
     assert not torch.allclose(last.values, after.values)
 

@@ -91,7 +91,7 @@ def check_against_torch(model, run: dict[str, np.ndarray], obs: np.ndarray, done
     # The learner's replay: from the stored state at each chunk start, reset after every done.
     with torch.no_grad():
         for recurrence in (T, 5, 1):
-            ev = model.evaluate(
+            ev = model(
                 torch.from_numpy(obs[mine]),
                 torch.from_numpy(run["actions"][mine]),
                 torch.from_numpy(states[:, :T]),
