@@ -23,7 +23,12 @@ setup(
         "imageio-ffmpeg>=0.4.9",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.5"],
+        "test": [
+            "pytest>=7",
+            "pytest-timeout>=2.1",
+            "ruff>=0.5",
+            "setuptools>=70.1",
+        ],  # setuptools: the wheel test builds one
         "box2d": ["box2d>=2.3.10"],  # LunarLander-v3 (the UDRL benchmark); a manylinux wheel, no build
         # --backend=ray and sweeps on a cluster: the minimal package (no dashboard); tested with 2.60.0 (cp311 wheel)
         "ray": ["ray>=2.60,<2.61"],
