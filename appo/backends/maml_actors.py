@@ -28,7 +28,7 @@ from appo.algorithms.maml.algorithm import MamlPolicy, Params, flatten
 from appo.algorithms.maml.hvp import EpisodeBuffers, episode_seed
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived, derive
-from appo.protocol.buffers import allocate_control, allocate_trajectories
+from appo.protocol.buffers import allocate_control, allocate_trajectories, first_env
 from appo.protocol.control import Assignment, ControlChannel
 from appo.protocol.messages import ErrorReport, SlotsReleased, Stop, TrajectoryReady
 from appo.protocol.param_sync import ParamStore
@@ -139,8 +139,8 @@ class ActorPool:
 
         def dispatch(split: tuple[int, int], k: int) -> None:
             w, s = split
-            first_env = (w * self.actor_cfg.worker_num_splits + s) * self.derived.envs_per_split
-            envs = list(range(first_env, first_env + self.derived.envs_per_split))
+            first = first_env(self.actor_cfg, self.derived, w, s)
+            envs = list(range(first, first + self.derived.envs_per_split))
             self.channel.assign(envs, Assignment(0, tasks[k], weight_sets[k]))
             for e, env in enumerate(envs):
                 env_seed, noise_seed = episode_seed(self.cfg.seed, stream, iteration, k, e).generate_state(2)

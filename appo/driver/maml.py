@@ -37,7 +37,7 @@ from appo.protocol.processes import limit_threads, process_title, set_process_ti
 from envs import PROJECT_ENVS, UnknownEnvError, is_task_env, make_env
 from envs.tasks import task_split
 from utils.logging import init_logging, log
-from utils.paths import cfg_path, checkpoint_dir, log_path, summaries_dir
+from utils.paths import cfg_path, checkpoint_dir, log_path, summaries_dir, write_text_atomic
 
 TRAIN, VALID = 0, 1  # episode buffers, and the seed streams of training episodes
 META_TEST_STREAM = 2  # + adaptation step: the meta-test's episodes (and enjoy.py's)
@@ -192,7 +192,7 @@ def run(cfg: Cfg) -> int:
         return 2
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
-    cfg_path(exp_dir).write_text(json.dumps(cfg_to_dict(cfg), indent=2))
+    write_text_atomic(cfg_path(exp_dir), json.dumps(cfg_to_dict(cfg), indent=2) + "\n")  # as the engine's runs
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "maml"))
     # One thread: measured on this 2-core machine under other sessions' load, two torch threads made the meta-step

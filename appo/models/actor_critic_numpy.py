@@ -16,10 +16,10 @@ import torch
 
 from appo.models.actor_critic import ActorCritic
 from appo.models.numpy_ops import (
-    HALF_LOG_2PI,
     NumpyActOutput,
     NumpyPass,
     f32,
+    gaussian_log_prob_const,
     mlp_layers,
     mlp_unsupported,
     register_numpy_pass,
@@ -122,7 +122,7 @@ class NumpyPolicy(NumpyPass):
         if not self.is_discrete:
             self.log_std = f32(model.log_std)
             self.std = np.exp(self.log_std)
-            self.log_prob_const = float(self.log_std.sum()) + HALF_LOG_2PI * self.log_std.size
+            self.log_prob_const = gaussian_log_prob_const(self.log_std)
 
     def act(self, obs: np.ndarray, rnn_states: np.ndarray | None = None, deterministic: bool = False) -> NumpyActOutput:
         """`ActorCritic.act` for B envs: obs [B, *obs_shape], rnn_states [B, S] (the states before this step;

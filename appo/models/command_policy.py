@@ -28,10 +28,10 @@ from appo.config.cfg import Cfg
 from appo.models.actor_critic import ActOutput, build_mlp
 from appo.models.distributions import Categorical, DiagGaussian
 from appo.models.numpy_ops import (
-    HALF_LOG_2PI,
     NumpyActOutput,
     NumpyPass,
     f32,
+    gaussian_log_prob_const,
     mlp_layers,
     mlp_unsupported,
     on_cpu_exactly,
@@ -155,7 +155,7 @@ class NumpyCommandPolicy(NumpyPass):
         else:
             self.log_std = f32(model.log_std)
             self.std = np.exp(self.log_std)
-            self.log_prob_const = float(self.log_std.sum()) + HALF_LOG_2PI * self.log_std.size
+            self.log_prob_const = gaussian_log_prob_const(self.log_std)
             self.low, self.high = f32(model.low), f32(model.high)
 
     def act(self, obs: np.ndarray, rnn_states: np.ndarray | None = None, deterministic: bool = False) -> NumpyActOutput:

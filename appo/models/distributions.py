@@ -18,7 +18,14 @@ import torch
 from torch import Tensor
 
 # 0.5 * log(2 * pi), the per-dimension constant of the Gaussian log-density.
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def gaussian_log_prob(x: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
+    """log N(x; mean, exp(log_std)^2) summed over the last dim: torch's one diagonal-Gaussian log-density (PPO's
+    DiagGaussian, SAC's squashed Gaussian, MAML's policy)."""
+    z = (x - mean) / log_std.exp()
+    return (-0.5 * z.square() - log_std - HALF_LOG_2PI).sum(dim=-1)
 
 
 class DiagGaussian:
@@ -54,8 +61,7 @@ class DiagGaussian:
         Returns:
             ``[B]`` log-probabilities summed over action dims.
         """
-        z = (actions - self.mean) / self.std
-        return (-0.5 * z.square() - self.log_std - _HALF_LOG_2PI).sum(dim=-1)
+        return gaussian_log_prob(actions, self.mean, self.log_std)
 
     def entropy(self) -> Tensor:
         """Differential entropy.
@@ -63,7 +69,7 @@ class DiagGaussian:
         Returns:
             ``[B]`` entropy summed over action dims: ``sum(log_std + 0.5 + 0.5 * log(2 pi))``.
         """
-        return (self.log_std + (0.5 + _HALF_LOG_2PI)).sum(dim=-1)
+        return (self.log_std + (0.5 + HALF_LOG_2PI)).sum(dim=-1)
 
     def kl(self, other: DiagGaussian) -> Tensor:
         """``KL(self || other)``.

@@ -57,8 +57,14 @@ def mlp_unsupported(mlp: torch.nn.Module | None, name: str) -> str | None:
 
 
 def gaussian_log_prob(noise: np.ndarray, log_std: np.ndarray) -> np.ndarray:
-    """log N(mean + std * noise; mean, std^2) summed over the last axis: the numpy twins' one Gaussian log-density."""
+    """log N(mean + std * noise; mean, std^2) summed over the last axis: the numpy twins' one Gaussian log-density
+    (`gaussian_log_prob_const` hoists its constant part for a state-independent log-std)."""
     return (-0.5 * np.square(noise) - log_std - HALF_LOG_2PI).sum(-1)
+
+
+def gaussian_log_prob_const(log_std: np.ndarray) -> float:
+    """The part of `gaussian_log_prob` that does not depend on the draw: log-density = -0.5 * |noise|^2 - this."""
+    return float(log_std.sum()) + HALF_LOG_2PI * log_std.size
 
 
 def mlp_layers(mlp: torch.nn.Sequential) -> list[tuple[np.ndarray, np.ndarray, Any]]:

@@ -21,8 +21,8 @@ from torch import Tensor, nn
 
 from appo.config.cfg import Cfg
 from appo.models.actor_critic import ActOutput, build_mlp
+from appo.models.distributions import gaussian_log_prob
 from appo.models.numpy_ops import (
-    HALF_LOG_2PI,
     NumpyActOutput,
     NumpyPass,
     f32,
@@ -32,6 +32,9 @@ from appo.models.numpy_ops import (
     register_numpy_pass,
     run_layers,
 )
+from appo.models.numpy_ops import (
+    gaussian_log_prob as numpy_gaussian_log_prob,
+)
 from appo.models.registry import register_model
 
 # The Gaussian's log-std is the head's output clamped to this range, as in Haarnoja et al.'s code and
@@ -39,7 +42,6 @@ from appo.models.registry import register_model
 # A tanh-rescaled head (cleanrl's, [-5, 2]) was used until session 17: it gives the log-std about 2.9x the clamp's
 # gradient at the start; with the exact tanh correction, one of the two differences from Stable-Baselines3's update.
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
 TANH_EPS = 1e-6  # in the tanh correction (squashed_log_prob)
 
@@ -50,7 +52,7 @@ def squashed_log_prob(u: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
     Stable-Baselines3, changes the exact correction by less than 1e-4 per dimension while |u| < 3 and caps each
     dimension's term at log(TANH_EPS) when the action saturates: a policy that pins an action at the box's edge (full
     throttle) pays a bounded entropy cost instead of one that grows with |u|."""
-    gaussian = (-0.5 * ((u - mean) / log_std.exp()).square() - log_std - _HALF_LOG_2PI).sum(-1)
+    gaussian = gaussian_log_prob(u, mean, log_std)
     log_det = torch.log(1.0 - torch.tanh(u).square() + TANH_EPS).sum(-1)
     return gaussian - log_det
 
@@ -187,7 +189,7 @@ class NumpySquashedGaussian(NumpyPass):
             noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
             u = mean + np.exp(log_std) * noise
             a = np.tanh(u)
-            gaussian = (-0.5 * np.square(noise) - log_std - HALF_LOG_2PI).sum(-1)
+            gaussian = numpy_gaussian_log_prob(noise, log_std)
             log_det = np.log(1.0 - np.square(a) + TANH_EPS).sum(-1)
             log_probs = gaussian - log_det
         actions = (a * self.scale + self.bias).astype(np.float32)

@@ -121,6 +121,17 @@ def first_slot(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int, grou
     return group_index(cfg, derived, worker_idx, split_idx, group_idx) * derived.envs_per_split
 
 
+def first_env(cfg: Cfg, derived: Derived, worker_idx: int, split_idx: int = 0) -> int:
+    """The run-wide index (control-channel row) of env 0 of split `split_idx` of actor worker `worker_idx`; a
+    split's envs are the next `derived.envs_per_split`, a worker's those up to its successor's first env."""
+    return (worker_idx * cfg.worker_num_splits + split_idx) * derived.envs_per_split
+
+
+def worker_envs(cfg: Cfg, derived: Derived, worker_idx: int) -> slice:
+    """The control-channel rows of every env of actor worker `worker_idx`."""
+    return slice(first_env(cfg, derived, worker_idx), first_env(cfg, derived, worker_idx + 1))
+
+
 def numpy_views(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """numpy views on the same shared memory (the actor's hot loop is numpy)."""
     return {name: tensor.numpy() for name, tensor in tensors.items()}

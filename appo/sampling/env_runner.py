@@ -37,7 +37,7 @@ import numpy as np
 from appo.algorithms.registry import algorithm_spec
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
-from appo.protocol.buffers import first_slot, group_index
+from appo.protocol.buffers import first_env, first_slot, group_index
 from appo.protocol.control import FREE, PolicyDraw
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.sampling.split_envs import SplitEnvs
@@ -63,7 +63,7 @@ class EnvRunner(SplitEnvs):
         self.env_fn = env_fn
         self.num_envs = derived.envs_per_split
         self.num_policies = cfg.num_policies
-        self.first_env = (worker_idx * cfg.worker_num_splits + split_idx) * self.num_envs  # global index of env 0
+        self.first_env = first_env(cfg, derived, worker_idx, split_idx)  # global index of env 0
         self.env_policy = np.zeros(self.num_envs, dtype=np.int64)  # the policy each env runs in this rollout
         self.next_policy = np.zeros(self.num_envs, dtype=np.int64)  # ... and in the next one
         self.env_weights = np.zeros(self.num_envs, dtype=np.int64)  # the weight set acting for each env

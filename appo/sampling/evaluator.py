@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from appo.config.cfg import Cfg
-from appo.models.actor_critic import ActorCritic
 from appo.models.numpy_ops import FastPolicy, make_numpy_policy
 from appo.models.registry import make_model
 from appo.protocol.buffers import rnn_state_size
@@ -44,17 +43,19 @@ def env_action(actions: torch.Tensor | np.ndarray, space: gym.Space) -> Any:
 
 def run_episode(
     env: gym.Env,
-    model: ActorCritic,
+    model: torch.nn.Module | None,
     state_size: int,
     deterministic: bool = True,
     seed: int | None = None,
     on_frame: Callable[[], None] | None = None,
     fast: FastPolicy | None = None,
+    reset_options: dict[str, Any] | None = None,
 ) -> tuple[float, int, dict]:
     """One engine episode (a whole trial for task envs) from reset to its end: (return, length, last info).
     `on_frame` is called after the reset and after every step (video recording). `fast`: the numpy pass of `model`
-    (its weights loaded) to act with instead of torch."""
-    obs, _ = env.reset(seed=seed)
+    (its weights loaded) to act with instead of torch. `reset_options`: the env's reset options (a command). The
+    one episode loop of evaluations, enjoy.py and UDRL/RCP's greedy evaluation."""
+    obs, _ = env.reset(seed=seed, options=reset_options)
     if on_frame is not None:
         on_frame()
     rnn = torch.zeros(1, state_size)

@@ -17,6 +17,7 @@ from appo.algorithms.maml.hvp import allocate_buffers, episode_horizon
 from appo.backends.maml_actors import ActorPool
 from appo.driver.maml import META_TEST_STREAM, episode_returns
 from appo.models.gaussian_mlp import NumpyGaussianMlp
+from appo.sampling.evaluator import run_episode
 from envs import make_env
 from envs.tasks import Task, task_family, task_split
 
@@ -30,23 +31,11 @@ def choose_task(cfg: Any, tasks: list[Task]) -> int:
 
 
 def show(cfg: Any, env: Any, task: Task, policy: NumpyGaussianMlp, on_frame: Callable[[], None] | None) -> list[float]:
-    """--max_num_episodes episodes on the display env; their returns."""
-    rng = np.random.default_rng(cfg.seed)
-    low, high = env.action_space.low, env.action_space.high
+    """--max_num_episodes episodes on the display env (mean actions unless --stochastic); their returns."""
     returns = []
     for i in range(cfg.max_num_episodes):
         task_family(env).set_task(task)
-        obs, _ = env.reset(seed=cfg.seed + i)
-        total, done = 0.0, False
-        while not done:
-            mean = policy.mean(np.asarray(obs, dtype=np.float32)[None])[0]
-            action = mean + policy.std * rng.standard_normal(mean.shape) if cfg.stochastic else mean
-            obs, reward, terminated, truncated, _ = env.step(np.clip(action, low, high))
-            total += float(reward)
-            done = terminated or truncated
-            if on_frame is not None:
-                on_frame()
-        returns.append(total)
+        returns.append(run_episode(env, None, 0, not cfg.stochastic, cfg.seed + i, on_frame, fast=policy)[0])
     return returns
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.common.trpo import conjugate_gradient, line_search
 from appo.algorithms.maml.algorithm import (
     Episodes,
@@ -21,7 +22,6 @@ from appo.algorithms.maml.algorithm import (
     MamlTrpo,
     adapt,
     advantages,
-    discounted_returns,
     flatten,
     gae,
     make_policy,
@@ -153,7 +153,7 @@ def test_gae_and_returns_against_plain_loops() -> None:
     ep = random_episodes(1, 3, 9, 2, 1, 11).task(0)
     gamma, lam = 0.9, 0.7
     values = torch.randn(3, 9, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    adv, ret = gae(ep.rewards, values, ep.mask, gamma, lam), discounted_returns(ep.rewards, ep.mask, gamma)
+    adv, ret = gae(ep.rewards, values, ep.mask, gamma, lam), return_to_go(ep.rewards, gamma, ep.mask)
     for e in range(3):
         n = int(ep.mask[e].sum())
         r, v = ep.rewards[e, :n].tolist(), values[e, :n].tolist() + [0.0]  # 0 after the episode's last step

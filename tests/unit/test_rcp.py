@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from appo.algorithms.base import NonFiniteGuard
+from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.registry import algorithm_defaults
 from appo.algorithms.reward_conditioned.rcp import (
     RCP,
     RCPA,
     EpisodeFifo,
-    discounted_return_to_go,
     exponential_weights,
     lambda_returns,
 )
@@ -39,12 +39,12 @@ def rcp_cfg(algo: str = "rcp_r", **overrides):
 
 def test_discounted_return_to_go_and_lambda_returns_by_hand():
     rewards = torch.tensor([1.0, 0.0, 2.0])
-    torch.testing.assert_close(discounted_return_to_go(rewards, 0.5), torch.tensor([1.5, 1.0, 2.0]))
+    torch.testing.assert_close(return_to_go(rewards, 0.5), torch.tensor([1.5, 1.0, 2.0]))
     values = torch.tensor([10.0, 20.0, 30.0])
     # G2 = 2; G1 = 0 + 0.5 (0.5 * 30 + 0.5 * 2) = 8; G0 = 1 + 0.5 (0.5 * 20 + 0.5 * 8) = 8
     torch.testing.assert_close(lambda_returns(rewards, values, 0.5, 0.5), torch.tensor([8.0, 8.0, 2.0]))
     # lambda = 1 is the discounted return; lambda = 0 the one-step TD target
-    torch.testing.assert_close(lambda_returns(rewards, values, 0.5, 1.0), discounted_return_to_go(rewards, 0.5))
+    torch.testing.assert_close(lambda_returns(rewards, values, 0.5, 1.0), return_to_go(rewards, 0.5))
     torch.testing.assert_close(lambda_returns(rewards, values, 0.5, 0.0), torch.tensor([11.0, 15.0, 2.0]))
 
 

@@ -15,6 +15,7 @@ require grad.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -139,3 +140,23 @@ def gae(
         advantages[t] = acc
     returns = advantages + values
     return advantages, returns
+
+
+@torch.no_grad()
+def return_to_go(rewards: Tensor, gamma: float = 1.0, mask: Tensor | None = None) -> Tensor:
+    """Z_t = sum_k gamma^k r_{t+k} along the last dim, within each episode: rewards [..., T] (CPU); `mask` [..., T]
+    1.0 on the steps taken, 0 on padding after an episode's end (None: all taken). Accumulated in float64 and
+    returned in the dtype of `rewards`; padding gets 0. The one return-to-go: UDRL's relabelling (gamma 1), RCP-R's
+    conditioning and MAML's baseline targets."""
+    r = rewards.double().numpy()
+    m = None if mask is None else mask.double().numpy()
+    out = np.empty_like(r)
+    running = np.zeros(r.shape[:-1])
+    for t in range(r.shape[-1] - 1, -1, -1):
+        if m is None:
+            running = r[..., t] + gamma * running
+            out[..., t] = running
+        else:
+            running = r[..., t] + gamma * running * m[..., t]
+            out[..., t] = running * m[..., t]
+    return torch.from_numpy(out).to(rewards.dtype)

@@ -28,7 +28,9 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from appo.algorithms.base import Algorithm
+from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.common.trpo import line_search, step_direction
+from appo.models.distributions import gaussian_log_prob
 from appo.models.gaussian_mlp import MamlPolicy, make_policy  # noqa: F401 - the algorithm's model
 
 Params = dict[str, Tensor]
@@ -74,8 +76,7 @@ def distribution(model: nn.Module, params: Params, obs: Tensor) -> tuple[Tensor,
 
 def log_prob(mean: Tensor, log_std: Tensor, actions: Tensor) -> Tensor:
     """log N(actions; mean, exp(log_std)^2), summed over action dims: [...]."""
-    z = (actions - mean) * torch.exp(-log_std)
-    return (-0.5 * z.pow(2) - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+    return gaussian_log_prob(actions, mean, log_std)
 
 
 def kl_divergence(mean0: Tensor, log_std0: Tensor, mean1: Tensor, log_std1: Tensor) -> Tensor:
@@ -105,16 +106,6 @@ def baseline_features(obs: Tensor, mask: Tensor) -> Tensor:
     t = (torch.arange(T, dtype=obs.dtype) / 100.0).expand(obs.shape[:-1]).unsqueeze(-1)
     feats = torch.cat([o, o * o, t, t * t, t * t * t, torch.ones_like(t)], dim=-1)
     return feats * mask.unsqueeze(-1)
-
-
-def discounted_returns(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
-    """sum_{t' >= t} gamma^(t'-t) r_t' within each episode: [E, T]."""
-    out = torch.zeros_like(rewards)
-    running = torch.zeros_like(rewards[..., 0])
-    for t in reversed(range(rewards.shape[-1])):
-        running = rewards[..., t] + gamma * running * mask[..., t]
-        out[..., t] = running * mask[..., t]
-    return out
 
 
 def fit_linear_baseline(features: Tensor, returns: Tensor, reg: float = 1e-5) -> Tensor:
@@ -152,7 +143,7 @@ def advantages(episodes: Episodes, gamma: float, lam: float) -> Tensor:
     """Normalised GAE of one task's episodes [E, T] with a linear baseline fitted on those episodes."""
     with torch.no_grad():
         feats = baseline_features(episodes.obs, episodes.mask)
-        returns = discounted_returns(episodes.rewards, episodes.mask, gamma)
+        returns = return_to_go(episodes.rewards, gamma, episodes.mask)
         values = feats @ fit_linear_baseline(feats, returns)
         adv = gae(episodes.rewards, values, episodes.mask, gamma, lam)
         mean = masked_mean(adv, episodes.mask)

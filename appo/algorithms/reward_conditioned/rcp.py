@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
+from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.reward_conditioned.udrl import HISTORY_COLUMNS, greedy_returns, stitch
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
@@ -35,17 +36,6 @@ from utils.logging import log
 
 
 # --- the math -------------------------------------------------------------------------------------------------
-def discounted_return_to_go(rewards: Tensor, gamma: float) -> Tensor:
-    """Z_t = sum_k gamma^k r_{t+k} over one whole episode's rewards [L] (float64 accumulation)."""
-    r = rewards.double().numpy()
-    out = np.empty_like(r)
-    running = 0.0
-    for t in range(len(r) - 1, -1, -1):
-        running = r[t] + gamma * running
-        out[t] = running
-    return torch.from_numpy(out).to(rewards.dtype)
-
-
 def lambda_returns(rewards: Tensor, values: Tensor, gamma: float, lam: float) -> Tensor:
     """TD(lambda) targets [L] of one whole episode: G_t = r_t + gamma ((1 - lam) V(s_{t+1}) + lam G_{t+1}), with
     V = 0 and G = 0 after the last step (the episode's end is terminal). rewards, values: [L]."""
@@ -179,7 +169,7 @@ class RCP(Algorithm):
         out = {"states": states, "actions": torch.cat([e[1] for e in episodes])}
         gamma = self.cfg.gamma
         if self.value is None:
-            per_episode = [discounted_return_to_go(e[2], gamma) for e in episodes]
+            per_episode = [return_to_go(e[2], gamma) for e in episodes]
             out["targets"] = torch.cat(per_episode)
             out["starts"] = torch.stack([z[0] for z in per_episode])
             return out

@@ -28,10 +28,12 @@ import torch
 from torch import Tensor, nn
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
+from appo.algorithms.common.returns import return_to_go
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.command_policy import CommandPolicy  # registers the model kind
 from appo.protocol.control import set_commands
+from appo.sampling.evaluator import run_episode
 from utils.logging import log
 
 
@@ -40,9 +42,9 @@ def relabel(rewards: Tensor) -> tuple[Tensor, Tensor]:
     """Commands an episode achieved from each of its steps: return-to-go [L] (sum of rewards from t on) and
     horizon [L] (steps left, L - t), for rewards [L] of one whole episode."""
     L = len(rewards)
-    return_to_go = rewards.double().flip(0).cumsum(0).flip(0).to(rewards.dtype)
+    to_go = return_to_go(rewards)
     horizon = torch.arange(L, 0, -1, dtype=rewards.dtype)
-    return return_to_go, horizon
+    return to_go, horizon
 
 
 def exploration_command(returns: np.ndarray, lengths: np.ndarray, cap: float, u: float) -> tuple[float, float]:
@@ -317,12 +319,5 @@ def run_command_episode(
 ) -> tuple[float, int]:
     """One episode of `env` (built by envs.make_run_env, so it appends the command) started with `command`;
     returns (return, length)."""
-    from appo.sampling.evaluator import env_action
-
-    obs, _ = env.reset(seed=seed, options={"command": list(command)})
-    total, length, done = 0.0, 0, False
-    while not done:
-        out = model.act(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), torch.zeros(1, 1), deterministic)
-        obs, reward, terminated, truncated, _ = env.step(env_action(out.actions, env.action_space))
-        total, length, done = total + float(reward), length + 1, terminated or truncated
+    total, length, _ = run_episode(env, model, 1, deterministic, seed, reset_options={"command": list(command)})
     return total, length

@@ -14,7 +14,7 @@ import torch
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.registry import make_model
-from appo.protocol.buffers import POISON, allocate_control, first_slot, trajectory_spec
+from appo.protocol.buffers import POISON, allocate_control, first_slot, trajectory_spec, worker_envs
 from appo.protocol.messages import SlotsReleased, TrajectoryReady
 from appo.protocol.param_sync import ParamStore
 
@@ -59,7 +59,7 @@ class RayActorWorker:
             self.worker.close()
         self.worker = ActorWorker(cfg, derived, w, buffers, control, incarnation, acting)
         self.buffers = {k: v.numpy() for k, v in buffers.items()}
-        self.envs = slice(w * cfg.num_envs_per_worker, (w + 1) * cfg.num_envs_per_worker)  # its rows of the channel
+        self.envs = worker_envs(cfg, derived, w)  # its rows of the control channel
         self.outbox = self.worker.keep_local(self.worker.init())
         if self.replay_shards:
             from appo.algorithms.registry import algorithm_class

@@ -44,6 +44,7 @@ from appo.backends.local import LocalBackend
 from appo.backends.ray.actors import IN_FLIGHT, ActorState, RayActorWorker
 from appo.backends.ray.connection import connect, first_line
 from appo.models.registry import make_model
+from appo.protocol.buffers import worker_envs
 from appo.protocol.messages import SlotsReleased
 from appo.protocol.wiring import actor_inbox, send
 from utils.logging import log
@@ -178,13 +179,12 @@ class RayBackend(LocalBackend):
     def _submit(self) -> None:
         """Keep IN_FLIGHT collect calls queued on every started actor that is not parked."""
         assignments, commands = self.control["assignments"].numpy(), self.control["commands"].numpy()
-        per_worker = self.cfg.num_envs_per_worker
         for w, state in enumerate(self.actors):
             if state.start_at is not None and time.monotonic() >= state.start_at:
                 self._start(w, state)
             if state.started is not None or state.start_at is not None or state.is_parked:
                 continue
-            envs = slice(w * per_worker, (w + 1) * per_worker)
+            envs = worker_envs(self.cfg, self.derived, w)
             while len(state.in_flight) < IN_FLIGHT:
                 ref = state.handle.collect.remote(
                     state.releases, self._weights_for(state), assignments[envs], commands[envs], 1.0
