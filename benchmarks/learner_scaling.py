@@ -28,8 +28,9 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from appo.config.cfg import Cfg, derive  # noqa: E402
-from appo.models.actor_critic import make_model  # noqa: E402
+from appo.config.cfg import Cfg  # noqa: E402
+from appo.config.derive import derive  # noqa: E402
+from appo.models.registry import make_model  # noqa: E402
 from tests.support.fixed_batch import train_on_fixed_batch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -28,7 +28,7 @@ from appo.algorithms.base import NonFiniteGuard  # noqa: E402
 from appo.algorithms.sac.algorithm import SAC  # noqa: E402
 from appo.config.cfg import merge_cfg  # noqa: E402
 from appo.config.derive import derive
-from appo.models.actor_critic import make_model  # noqa: E402
+from appo.models.registry import make_model  # noqa: E402
 
 EVAL_EVERY, EVAL_EPISODES, LEARNING_STARTS = 5000, 5, 10_000
 
