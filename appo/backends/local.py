@@ -1,27 +1,19 @@
-"""Which components a run has, and where they run. `plan(cfg)` decides the topology once (the driver, serial
-mode and shutdown all read the same answer); a backend starts those components, moves messages between them
-and the driver, and stops them:
-
-- `LocalBackend` (this module): one process per component on this machine, shared-memory tensors, queues
-  from appo/protocol/wiring.py, a Supervisor that restarts what can be restarted;
-- `SerialBackend` (appo/backends/serial.py): the same component objects driven round-robin in the driver process;
-- `RayBackend` (appo/backends/ray/backend.py, --backend=ray): this one with actor workers as Ray actors, whose
-  trajectories reach the driver as arrays through Ray's object store.
-
-The driver (appo/driver/runner.py) only calls `start`, `poll`, `send`, `check`, `stop` and `kill_all`.
-"""
+"""`LocalBackend`: one process per component on this machine, shared-memory tensors, queues from
+appo/protocol/wiring.py, a Supervisor that restarts what can be restarted (appo/backends/base.py: the calls
+every backend answers)."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
+from appo.backends.plan import plan
 from appo.backends.supervision import Supervisor
 from appo.config.cfg import Cfg
-from appo.config.derive import Derived, learner_devices
+from appo.config.derive import Derived
 from appo.models.registry import make_model
 from appo.protocol.messages import Stop
 from appo.protocol.param_sync import ParamStore
@@ -29,39 +21,6 @@ from appo.protocol.processes import spawn_context, stop_processes
 from appo.protocol.wiring import Queues, actor_inbox, close_all, policy_queue, send, wire
 from utils.logging import log
 from utils.paths import checkpoint_dir
-
-
-class Topology(NamedTuple):
-    learners: tuple[int, ...]  # policy ids, one learner each
-    learner_devices: tuple[str, ...]  # the device of each of a policy's learner ranks (--learner_world_size)
-    policy_workers: tuple[tuple[int, int], ...]  # (policy whose queue it reads, index); none when actors act
-    shared_policy_workers: bool  # one set of policy workers serves every policy (queue of policy 0)
-    actors_act: bool  # actor workers answer their own inference requests
-    actors: tuple[int, ...]  # actor worker indices
-    evaluation_interval: int  # env steps between evaluations; 0: no evaluator runs and none is asked for
-
-
-def evaluation_interval(cfg: Cfg) -> int:
-    """Task envs are evaluated by meta-tests on held-out tasks (--meta_test_interval), others by
-    --eval_interval; the one that does not apply is ignored."""
-    return cfg.meta_test_interval if cfg.task_schedule != "none" else cfg.eval_interval
-
-
-def plan(cfg: Cfg) -> Topology:
-    from appo.sampling.policy_worker import actors_act
-
-    acting = actors_act(cfg)
-    shared = cfg.shared_policy_workers and cfg.num_policies > 1
-    served = [] if acting else [0] if shared else list(range(cfg.num_policies))
-    return Topology(
-        learners=tuple(range(cfg.num_policies)),
-        learner_devices=tuple(learner_devices(cfg)),
-        policy_workers=tuple((p, i) for p in served for i in range(cfg.policy_workers_per_policy)),
-        shared_policy_workers=shared,
-        actors_act=acting,
-        actors=tuple(range(cfg.num_workers)),
-        evaluation_interval=max(evaluation_interval(cfg), 0),
-    )
 
 
 class LocalBackend:

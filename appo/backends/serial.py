@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from appo.backends.local import plan
+from appo.backends.plan import plan
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.learning.learner import Learner

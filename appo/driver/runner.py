@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from appo.algorithms.registry import ALGORITHMS, algorithm_spec, resolve
-from appo.backends.local import evaluation_interval
+from appo.backends.base import backend_class
+from appo.backends.plan import evaluation_interval
 from appo.config.cfg import Cfg, cfg_to_dict, experiment_dir
 from appo.config.derive import derive, resolve_device
 from appo.config.verify import verify_or_exit
@@ -243,13 +244,7 @@ def run(cfg: Cfg) -> int:
     )
     buffers = allocate_trajectories(cfg, derived, *spaces)
     control = allocate_control(cfg, derived)
-    if cfg.serial_mode:
-        from appo.backends.serial import SerialBackend as backend_cls
-    elif cfg.backend == "ray":  # imported only here: a local run never imports Ray
-        from appo.backends.ray.backend import RayBackend as backend_cls
-    else:
-        from appo.backends.local import LocalBackend as backend_cls
-    backend = backend_cls(cfg, derived, exp_dir, spaces, device, buffers, control)
+    backend = backend_class(cfg)(cfg, derived, exp_dir, spaces, device, buffers, control)
     driver = Driver(cfg, exp_dir, control_channel(cfg, control, num_tasks))
     # Signals are caught from before the first child starts: a SIGTERM during start-up stops cleanly too.
     received: list[int] = []

@@ -1,0 +1,47 @@
+"""The docs keep up with the tree: docs/architecture.md's `## Files` table names exactly the modules of appo/,
+envs/ and utils/ (empty __init__.py files aside), and no page of docs/ nor README.md points into shared/, which
+is not part of the project (the docs must stand on their own)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("appo", "envs", "utils")
+
+
+def files_table() -> set[str]:
+    """The paths in the first cell of the rows of docs/architecture.md's `## Files` section."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("\n## Files\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\|\s*`([^`]+)`\s*\|", section, flags=re.MULTILINE))
+
+
+def modules() -> set[str]:
+    """Every .py file of the packages, relative to the root, except __init__.py files with nothing in them."""
+    return {
+        f.relative_to(ROOT).as_posix()
+        for pkg in PACKAGES
+        for f in (ROOT / pkg).rglob("*.py")
+        if not (f.name == "__init__.py" and not f.read_text().strip())
+    }
+
+
+def test_files_table_lists_every_module():
+    listed, present = files_table(), modules()
+    missing, extra = sorted(present - listed), sorted(listed - present)
+    assert not missing and not extra, (
+        f"docs/architecture.md ## Files: missing {missing or 'none'}; listed but not in the tree {extra or 'none'}"
+    )
+
+
+def test_docs_do_not_point_into_shared():
+    pages = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+    offenders = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+        for page in pages
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if "shared/" in line
+    ]
+    assert not offenders, "docs mention shared/ (not part of the project):\n" + "\n".join(offenders)
