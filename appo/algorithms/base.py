@@ -2,28 +2,17 @@
 process, opens a queue or writes a file. The learner core (appo/learning/learner.py) owns everything around
 it: the version counter, weight publishing, checkpoints, the NaN guard, PBT operations and stats.
 
-What an algorithm declares, and who reads it:
-- `model_kind`: the model it asks appo.models.actor_critic.make_model for (the learner core builds it; actors act with
-  it).
-- `trajectory_fields(cfg, obs_space, action_space)`: per-step fields it needs in the shared trajectory
-  tensors beyond the engine's own (appo/protocol/buffers.py merges them into the one spec table; the batch carries
-  every field of that table).
-- `consumes`: how it takes data. "fresh": whole on-policy trajectories in arrival order, those older than
-  --max_policy_lag versions dropped (appo/learning/batcher.py). "replay": every trajectory, one per `update`, as
-  it arrives and however old (the algorithm keeps its own replay: SAC). Other ways (task-grouped batches) are
-  added with the algorithms that need them.
-- `episodic`: True when every rollout is one whole episode per env, started by the learner (MAML): the actor worker
-  starts with its slot groups held and starts a rollout only when one is released; it then resets every env of the
-  split from its control-channel row (task, weight set, episode seeds: appo/protocol/control.py), steps an env only
-  until
-  its episode ends (no automatic reset) and hands the group over once every episode has ended or at T steps.
+Its traits that code outside appo/algorithms/ acts on (the model kind it trains and acts with, the trajectory
+fields it needs, how it consumes data, whether it acts episodically, a replay in Ray shards, command inputs, hooks of
+its own for the run loop and enjoy.py, its perf/ keys) are data in its registry spec (appo/algorithms/registry.py
+AlgorithmSpec), readable without importing torch. The class provides the math:
 - `update(batch, env_steps) -> stats`: one training iteration on one batch.
 - `state_dict()` / `load_state_dict()`: what it needs in a checkpoint besides the model (optimizer state...).
 - `replay_state()` / `load_replay_state()`: an off-policy algorithm's replay, saved by the core beside the
   checkpoints when the algorithm returns one (SAC's --save_replay), loaded on resume.
-- `replay_shards`: True when its replay is a transition ring that may live in Ray replay actors instead of the
-  learner (--backend=ray, --num_replay_shards; appo/backends/ray/replay_shards.py): then the core sets `replay` to the
-  shards' client, and rollout actors fill it with `replay_rows(trajectories, model)`. SAC.
+- `replay`: with the spec's `replay_shards` and a backend that keeps the replay elsewhere (--backend=ray,
+  --num_replay_shards), the core sets it to the client the backend's factory builds; rollout actors fill the shards
+  with `replay_rows(trajectories, model)`. SAC.
 - `publish`: set by the core; an algorithm that does many updates per iteration (SAC) calls it to hand the
   actors its newest weights between them. The core publishes after every `update` anyway.
 - its flags and PBT ranges: in its registry entry (appo/algorithms/registry.py).

@@ -40,9 +40,7 @@ class SerialBackend:
         buffers: dict[str, torch.Tensor],
         control: dict[str, torch.Tensor],
     ) -> None:
-        if (
-            cfg.learner_world_size > 1
-        ):  # appo.config.cfg.verify refuses it before a run starts; this is for direct callers
+        if cfg.learner_world_size > 1:  # appo.config.verify refuses it before a run starts; this is for direct callers
             raise ValueError(f"--learner_world_size={cfg.learner_world_size}: --serial_mode runs one learner; use 1")
         self._limits = limit_threads(1)
         self.topology = plan(cfg)

@@ -1,5 +1,5 @@
-"""The run configuration: one set of dataclasses, the flag parser built from them, presets, resume merge,
-derived values and validation.
+"""The run configuration: one set of dataclasses, the flag parser built from them, presets and the resume merge
+(derived values: appo/config/derive.py; validation: appo/config/verify.py).
 
 Every hyperparameter is declared once below with its type, default and a one-line help. Flags are flat
 (`--num_workers=16`); the groups only order the help. Precedence, lowest first:

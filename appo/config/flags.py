@@ -1,5 +1,5 @@
 """`flag()`: how every hyperparameter is declared, once, with its default and a one-line help. Shared by the
-engine's flag groups (appo/config/cfg.py) and each algorithm's own group (appo/algorithms/*_flags.py), and free of
+engine's flag groups (appo/config/cfg.py) and each algorithm's own group (appo/algorithms/<name>/flags.py), and free of
 torch so that parsing flags stays cheap."""
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """The actor-critic: observation normaliser -> MLP encoder -> optional GRU/LSTM core -> policy and value
 heads (optionally the value head reads its own MLP trunk, `--separate_value_trunk`). Policy workers call
-`act` on one step of many envs; the learner calls the module itself (`forward`, alias `evaluate`) on whole
+`act` on one step of many envs; the learner calls the module itself (`forward`) on whole
 trajectories, so DDP's hooks and `torch.func.functional_call` see the whole computation. The return
 normaliser lives here too, so weights, normalisers and all travel together (to policy workers through
 appo.protocol.param_sync, to disk through appo.learning.checkpoint).
 
-Models are built by name through a registry (`MODELS`, `register_model`, `make_model`), so that other
-algorithms can add their own networks (a Q-function pair, a command-conditioned policy) beside this one."""
+Registered as model kind "actor_critic" (appo/models/registry.py); its numpy twin: appo/models/actor_critic_numpy.py."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Until the learner's first gradient step (`updates == 0`, a buffer published with
 uniformly random actions: UDRL's warm-up episodes, decided by the weights the actors hold. `command` (a buffer,
 unscaled: desired return, horizon) is the learner's latest exploration command; it travels with the weights to
 checkpoints, so enjoy.py can play it. The actor workers act with the same function in numpy
-(appo/models/numpy_policy.py NumpyCommandPolicy)."""
+(NumpyCommandPolicy, below)."""
 
 from __future__ import annotations
 

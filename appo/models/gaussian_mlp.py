@@ -60,7 +60,7 @@ def make_policy(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> Maml
 
 @register_numpy_pass
 class NumpyGaussianMlp(NumpyPass):
-    """MAML's policy (appo/algorithms/maml/algorithm.py `MamlPolicy`) in numpy: mean = MLP(obs), state-independent
+    """MAML's policy (`MamlPolicy` above) in numpy: mean = MLP(obs), state-independent
     std, and
     a = mean + std * noise, the noise given (an episodic run's `action_noise`: the same episode wherever it runs) or
     drawn from its own generator. The arithmetic is fixed (contiguous float32 rows, x @ W.T + b per layer), so a

@@ -75,7 +75,7 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
 def actor_fields(
     cfg: Cfg, obs_space: gym.Space | None = None, action_space: gym.Space | None = None
 ) -> dict[str, TensorSpec]:
-    """Per-step fields an algorithm may ask for (Algorithm.trajectory_fields), which actor workers then fill
+    """Per-step fields an algorithm may ask for (its spec's `trajectory_fields`, by name), which actor workers then fill
     (appo/sampling/env_runner.py): the task each step ran (its index in the train split, -1 for envs without
     tasks), the episode it belongs to (unique in the run: global env index << 32 | the env's episode count),
     the weight set that acted (appo/protocol/control.py), and (given the observation space) `final_obs`: the observation

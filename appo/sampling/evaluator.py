@@ -5,7 +5,7 @@ episodes; the mean return by episode index is the adaptation curve (meta_test/* 
 same trials with sampled actions (meta_test_sampled/return_ep*).
 
 On the CPU with --numpy_inference the evaluator acts with the numpy pass of its model (the actor workers' own,
-appo/models/numpy_policy.py; a torch forward pass of one observation costs several times the step of a MuJoCo
+appo/models/numpy_ops.py; a torch forward pass of one observation costs several times the step of a MuJoCo
 env, and the meta-test of a task family runs thousands of them on the cores the actors step on); other models keep
 torch. Sampled meta-test actions come from a generator seeded by (seed, weights version) either way.
 

@@ -1,7 +1,7 @@
 """The layout's promises, checked on the sources: imports point one way (a module imports only its own layer
 or lower ones, counting imports inside functions), no import cycle, envs/ and utils/ import nothing from appo,
 every module under 400 lines, every source folder a package (a wheel leaves out folders without __init__.py),
-and docs/architecture.md's file table names exactly the modules in the tree."""
+(docs/architecture.md's file table: tests/unit/test_docs.py)."""
 
 from __future__ import annotations
 

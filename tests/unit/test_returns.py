@@ -232,11 +232,3 @@ def test_gae_outputs_carry_no_grad() -> None:
     data = {k: v.clone().requires_grad_(True) for k, v in data.items()}
     advantages, returns = gae(**data, lam=0.95)
     assert not advantages.requires_grad and not returns.requires_grad
-
-
-def test_public_api_import() -> None:
-    from appo.learning import gae as public_gae
-    from appo.learning import vtrace as public_vtrace
-
-    assert public_vtrace is vtrace
-    assert public_gae is gae

@@ -2,7 +2,7 @@
 (`ReplayShard`, each a ring of --replay_size / N transitions), rollout actors push transitions into them in chunks,
 and the learner samples from them with batches prefetched, so that neither side waits on the other's calls.
 
-  rollout actor (appo/backends/ray/backend.py RayActorWorker): a full slot group -> its transitions
+  rollout actor (appo/backends/ray/actors.py RayActorWorker): a full slot group -> its transitions
   (appo/algorithms/sac/replay.py
       `transitions`, actions in [-1, 1]) -> one `add` call to a shard, round robin over the shards (one call per
       group: a few hundred transitions, never one per transition). The group's small bookkeeping rows (policy
