@@ -16,7 +16,6 @@ meta_test/iter_<N>.npz (tasks, returns [steps + 1, tasks, episodes]).
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
@@ -31,13 +30,14 @@ from appo.algorithms.maml.algorithm import Episodes, MamlTrpo, make_policy, para
 from appo.algorithms.maml.flags import meta_batch_size
 from appo.algorithms.maml.hvp import HvpPool, allocate_buffers, episode_horizon
 from appo.backends.maml_actors import ActorPool
-from appo.config.cfg import Cfg, cfg_to_dict, experiment_dir
+from appo.config.cfg import Cfg, experiment_dir
+from appo.driver.runner import STOP_SIGNALS, budget_spent, prepare
 from appo.learning.checkpoint import load_checkpoint, load_latest, save_checkpoint
-from appo.protocol.processes import limit_threads, process_title, set_process_title
+from appo.protocol.processes import limit_threads
 from envs import PROJECT_ENVS, UnknownEnvError, is_task_env, make_env
 from envs.tasks import task_split
-from utils.logging import init_logging, log
-from utils.paths import cfg_path, checkpoint_dir, log_path, summaries_dir, write_text_atomic
+from utils.logging import log
+from utils.paths import checkpoint_dir, summaries_dir
 
 TRAIN, VALID = 0, 1  # episode buffers, and the seed streams of training episodes
 META_TEST_STREAM = 2  # + adaptation step: the meta-test's episodes (and enjoy.py's)
@@ -187,14 +187,10 @@ class MamlRun:
 def run(cfg: Cfg) -> int:
     """Train with MAML-TRPO until a stop criterion; returns the exit status."""
     error = env_error(cfg)
-    if error:
+    if error:  # before anything is written
         print(f"error: {error}", file=sys.stderr)
         return 2
-    exp_dir = experiment_dir(cfg)
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(cfg_path(exp_dir), json.dumps(cfg_to_dict(cfg), indent=2) + "\n")  # as the engine's runs
-    init_logging(cfg.log_level, log_path(exp_dir), "driver")
-    set_process_title(process_title(cfg, "maml"))
+    exp_dir = prepare(cfg)[0]  # the engine's start-up: verification, checkpoints that fit, cfg.json, logging, title
     # One thread: measured on this 2-core machine under other sessions' load, two torch threads made the meta-step
     # 10-100x slower (one thread spins at each barrier while the other waits for a core); and the thread count must
     # not follow --num_workers (torch's reductions depend on it; 1 or 4 workers give the same iterations).
@@ -206,7 +202,7 @@ def run(cfg: Cfg) -> int:
     def on_signal(signum: int, _frame: Any) -> None:
         received.append(signum)
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     maml = MamlRun(cfg)
     maml.resume()
     writer = SummaryWriter(str(summaries_dir(exp_dir, 0)), flush_secs=10)
@@ -265,13 +261,7 @@ def env_error(cfg: Cfg) -> str | None:
 def should_stop(cfg: Cfg, maml: MamlRun, start: float, received: list[int]) -> str | None:
     if received:
         return f"signal {received[0]}"
-    if cfg.train_for_iterations > 0 and maml.iteration >= cfg.train_for_iterations:
-        return f"reached {cfg.train_for_iterations} meta-iterations"
-    if maml.env_steps >= cfg.train_for_env_steps:
-        return f"reached {cfg.train_for_env_steps} env steps"
-    if time.monotonic() - start >= cfg.train_for_seconds:
-        return f"ran {cfg.train_for_seconds:g} s"
-    return None
+    return budget_spent(cfg, maml.env_steps, maml.iteration, time.monotonic() - start)
 
 
 def run_meta_test(maml: MamlRun, writer: Any) -> None:

@@ -139,22 +139,26 @@ class Driver:
                 "be blocked by a worker killed while writing to it; run the command again to resume"
             )
             return "stalled"
-        if self.stats.min_policy_env_steps >= self.cfg.train_for_env_steps:
-            return f"reached {self.cfg.train_for_env_steps} env steps" + (
-                " per policy" if self.cfg.num_policies > 1 else ""
-            )
-        if time.monotonic() - self.start >= self.cfg.train_for_seconds:
-            return f"ran {self.cfg.train_for_seconds:g} s"
-        iterations = self.cfg.train_for_iterations
-        if iterations > 0 and min(p.version for p in self.stats.policies) >= iterations:
-            return f"reached {iterations} iterations (train/version)"
-        return None
+        versions = min(p.version for p in self.stats.policies)
+        return budget_spent(self.cfg, self.stats.min_policy_env_steps, versions, time.monotonic() - self.start)
 
     def close(self) -> None:
         self.report()
         self.pbt.write_best(self.stats.policies)
         self.pbt.close()  # the population's schedule and random state, for a resumed run to continue
         self.writers.close()
+
+
+def budget_spent(cfg: Cfg, env_steps: int, version: int, elapsed: float) -> str | None:
+    """Which of the run's budgets is spent (env steps trained by every policy, seconds of this session, learner
+    iterations: train/version), as the reason the run stops; None while none is. Every run loop stops by it."""
+    if env_steps >= cfg.train_for_env_steps:
+        return f"reached {cfg.train_for_env_steps} env steps" + (" per policy" if cfg.num_policies > 1 else "")
+    if elapsed >= cfg.train_for_seconds:
+        return f"ran {cfg.train_for_seconds:g} s"
+    if cfg.train_for_iterations > 0 and version >= cfg.train_for_iterations:
+        return f"reached {cfg.train_for_iterations} iterations (train/version)"
+    return None
 
 
 def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int]:
