@@ -38,6 +38,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=8.0)
+    parser.add_argument("--modes", nargs="+", choices=("sampler", "training"), default=["sampler", "training"])
     args, extra = parser.parse_known_args()
     trees = {"old": worktree(args.old), "new": worktree(args.new)}
     print(f"env={args.env} old={args.old} new={args.new} repeats={args.repeats} flags={' '.join(extra)}")
@@ -46,7 +47,7 @@ def main() -> int:
     try:
         for i in range(args.repeats):
             order = ("old", "new") if i % 2 == 0 else ("new", "old")
-            for mode in ("sampler", "training"):
+            for mode in args.modes:
                 for which in order:
                     value = appo_fps(args.env, args.seconds, args.warmup, extra, mode == "sampler", trees[which])
                     fps.setdefault((which, mode), []).append(value)
@@ -55,7 +56,7 @@ def main() -> int:
         for tree in trees.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
     print(f"CPU used by other processes after: {foreign_cpu():.2f} cores")
-    for mode in ("sampler", "training"):
+    for mode in args.modes:
         old, new = fps[("old", mode)], fps[("new", mode)]
         ratios = [n / o for n, o in zip(new, old, strict=True)]
         print(f"{mode:<8} old {summary(old)}  new {summary(new)}  new/old median {statistics.median(ratios):.3f}")

@@ -174,7 +174,8 @@ def test_private_ray_run_replaces_a_hung_actor_and_stops_on_sigterm_within_15_s(
 def test_a_local_run_never_imports_ray():
     code = (
         "import sys; import appo.driver.runner, appo.backends.local, appo.backends.serial, train_appo; "
-        "from appo.config.cfg import make_cfg, verify; verify(make_cfg({'env': 'CartPole-v1'})); "
+        "from appo.config.cfg import make_cfg; from appo.config.verify import verify; "
+        "verify(make_cfg({'env': 'CartPole-v1'})); "
         "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
