@@ -14,29 +14,18 @@ A new backend is a class with these calls and a row in BACKENDS (and its name am
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Protocol
-
-import torch
 
 from appo.algorithms.registry import resolve
 from appo.config.cfg import Cfg
-from appo.config.derive import Derived
 
 
 class Backend(Protocol):
-    uses_watchdog: bool  # a driver blocked for long is killed with every child (not in a debugger's process)
+    """Built as `cls(cfg, derived, exp_dir, spaces, device, buffers, control)`: the run's cfg and derived values, its
+    folder, the env's (observation, action) spaces, the learners' device, and the shared trajectory and control
+    tensors the runner allocated."""
 
-    def __init__(
-        self,
-        cfg: Cfg,
-        derived: Derived,
-        exp_dir: Path,
-        spaces: tuple[Any, Any],
-        device: str,
-        buffers: dict[str, torch.Tensor],
-        control: dict[str, torch.Tensor],
-    ) -> None: ...
+    uses_watchdog: bool  # a driver blocked for long is killed with every child (not in a debugger's process)
 
     @property
     def restarts(self) -> int:

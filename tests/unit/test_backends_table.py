@@ -1,0 +1,27 @@
+"""Every backend in the table answers every call of the Backend protocol that the driver's loop makes, and
+--serial_mode and --backend pick the class from the table."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from appo.algorithms.registry import resolve
+from appo.backends.base import BACKENDS, Backend, backend_class
+from appo.config.cfg import Cfg
+
+CALLS = [name for name, _ in inspect.getmembers(Backend) if not name.startswith("_")] + ["uses_watchdog"]
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_backend_answers_the_protocol(name: str) -> None:
+    cls = resolve(BACKENDS[name])
+    missing = [call for call in CALLS if not hasattr(cls, call)]
+    assert not missing, f"{cls.__qualname__} lacks {missing}"
+
+
+def test_flags_pick_the_backend() -> None:
+    assert backend_class(Cfg(serial_mode=True, backend="ray")).__name__ == "SerialBackend"
+    assert backend_class(Cfg(backend="local")).__name__ == "LocalBackend"
+    assert backend_class(Cfg(backend="ray")).__name__ == "RayBackend"
