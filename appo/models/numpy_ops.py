@@ -117,8 +117,8 @@ def sample(
 
 
 class NumpyPass:
-    """A numpy pass of one model class (below): its own seeded generator for sampling, the weights copied by `load`
-    (again after every pull)."""
+    """A numpy pass of one model class (each twin beside its torch model): its own seeded generator for sampling,
+    the weights copied by `load` (again after every pull)."""
 
     takes_noise = False  # act(..., noise=) acts with the given standard-normal draws (an episodic rollout's)
 
