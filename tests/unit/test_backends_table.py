@@ -25,3 +25,13 @@ def test_flags_pick_the_backend() -> None:
     assert backend_class(Cfg(serial_mode=True, backend="ray")).__name__ == "SerialBackend"
     assert backend_class(Cfg(backend="local")).__name__ == "LocalBackend"
     assert backend_class(Cfg(backend="ray")).__name__ == "RayBackend"
+
+
+def test_every_backend_in_the_table_is_a_valid_flag_value() -> None:
+    """verify_backend (appo/config/verify.py, below the backends' layer) names the --backend values itself: they
+    and the table must agree."""
+    from appo.config.verify import verify_backend
+
+    for name in set(BACKENDS) - {"serial"}:  # --serial_mode picks "serial"
+        assert not [e for e in verify_backend(Cfg(backend=name)) if "must be" in e], name
+    assert verify_backend(Cfg(backend="nope")) == ["--backend=nope: must be local or ray"]
