@@ -83,7 +83,9 @@ class MamlRun:
         num_tasks = len(self.train_tasks) + len(self.test_tasks)  # envs.run_tasks: train, then test
         self.pool = ActorPool(self.cfg, spaces, self.horizon, self.buffers, 1 + self.rows, num_tasks)
         self.pool.start()
-        self.hvps = HvpPool(self.cfg, self.buffers, spaces, self.pool.params[0])
+        # The helpers compute per-task products, which are the KL's Hessian only with one inner step.
+        if self.algo.has_task_hvps:
+            self.hvps = HvpPool(self.cfg, self.buffers, spaces, self.pool.params[0])
 
     # --- checkpoints ------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -133,8 +135,8 @@ class MamlRun:
         tasks = draw_tasks(len(self.train_tasks), self.meta_batch, self.cfg.seed, self.iteration)
         train, valid = self.collect(tasks, self.iteration)
         sampled = time.monotonic()
-        assert self.hvps is not None
-        step = self.algo.step(train, valid, self.hvps.hvp(self.iteration, len(tasks)))
+        hvp = self.hvps.hvp(self.iteration, len(tasks)) if self.hvps is not None else None  # None: the learner's own
+        step = self.algo.step(train, valid, hvp)
         self.iteration += 1
         self.env_steps += int(train.mask.sum() + valid.mask.sum())
         now = time.monotonic()
@@ -174,7 +176,8 @@ class MamlRun:
             episodes = self.buffers.episodes(TRAIN, K)
             returns[step] = episode_returns(episodes).numpy()
             if step < S:
-                current = [learner.adapted(episodes.task(k), current[k], num_steps=1) for k in range(K)]
+                # One adaptation per batch of episodes, as trained: --num_inner_steps gradient steps.
+                current = [learner.adapted(episodes.task(k), current[k]) for k in range(K)]
         return returns
 
     def close(self) -> None:

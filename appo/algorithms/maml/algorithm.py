@@ -275,10 +275,16 @@ class MamlTrpo(Algorithm):
         grads = torch.autograd.grad(loss, list(params.values()))
         return loss.detach(), flatten(dict(zip(params, grads, strict=True)))
 
+    @property
+    def has_task_hvps(self) -> bool:
+        """Whether the per-task products (`task_hvps`, the helper processes' too) are the KL's Hessian: they assume
+        one inner step; with more, only the direct form (`kl_hvp_autograd`) is."""
+        return self.cfg.num_inner_steps == 1
+
     def kl_hvp(self, batches: list[TaskBatch]) -> Callable[[Tensor], Tensor]:
         """v -> H v, H the Hessian of the mean KL at the meta-parameters: the tasks' products (`task_hvps`) summed
         in task order and divided by their number."""
-        if self.cfg.num_inner_steps != 1:
+        if not self.has_task_hvps:
             return self.kl_hvp_autograd(batches)
         products = self.task_hvps(batches)
         return lambda v: mean_in_order([hvp(v) for hvp in products])
