@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import torch
 
+from appo.models.device import to_device
 from appo.protocol.buffers import group_number
 from appo.protocol.messages import SlotsReleased, TrajectoryReady
 
@@ -158,7 +159,7 @@ class Batcher:
     def copy(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
         """The trajectories in slots `index` [n], every field of the spec table (appo/protocol/buffers.py), the
         algorithm's own included, each [n, T(+1), ...] on the learner's device."""
-        return {k: v[index].to(self.device, non_blocking=True) for k, v in self.buf.items()}
+        return {k: to_device(v[index], self.device, non_blocking=True) for k, v in self.buf.items()}
 
     def mark_released(self, releases: list[SlotsReleased]) -> None:
         """Record that these groups leave the learner (just before SlotsReleased is sent), so that an actor

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from appo.config.cfg import Cfg
+from appo.models.device import model_device, to_device, to_host
 from appo.models.numpy_ops import FastPolicy, make_numpy_policy
 from appo.models.registry import make_model
 from appo.protocol.buffers import rnn_state_size
@@ -58,6 +59,7 @@ def run_episode(
     obs, _ = env.reset(seed=seed, options=reset_options)
     if on_frame is not None:
         on_frame()
+    device = model_device(model) if model is not None else None
     rnn = torch.zeros(1, state_size)
     states = np.zeros((1, state_size), dtype=np.float32) if getattr(model, "core", None) is not None else None
     total, length = 0.0, 0
@@ -65,9 +67,10 @@ def run_episode(
         if fast is not None:
             actions, _, _, states = fast.act(np.asarray(obs, dtype=np.float32)[None], states, deterministic)
         else:
+            inputs = torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0)
             with torch.inference_mode():
-                out = model.act(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), rnn, deterministic)
-            rnn, actions = out.rnn_states, out.actions
+                out = model.act(to_device(inputs, device), to_device(rnn, device), deterministic)
+            rnn, actions = to_host(out.rnn_states), to_host(out.actions)
         obs, reward, terminated, truncated, info = env.step(env_action(actions, env.action_space))
         total += float(reward)
         length += 1

@@ -20,6 +20,7 @@ from appo.algorithms.registry import algorithm_spec
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.actor_critic_numpy import NumpyPolicy, NumpyPolicyStack
+from appo.models.device import to_device, to_numpy
 from appo.models.numpy_ops import FastPolicy, make_numpy_policy
 from appo.models.registry import make_model
 from appo.protocol.buffers import numpy_views
@@ -135,10 +136,9 @@ class PolicyWorker:
             elif fast is not None:
                 actions, log_probs, values, rnn_out = fast.act(obs, rnn)
             else:
-                out = self.models[k].act(torch.from_numpy(obs).to(self.device), torch.from_numpy(rnn).to(self.device))
-                actions, log_probs = out.actions.cpu().numpy(), out.log_probs.cpu().numpy()
-                values = out.values.cpu().numpy()
-                rnn_out = out.rnn_states.cpu().numpy() if recurrent else None
+                out = self.models[k].act(to_device(obs, self.device), to_device(rnn, self.device))
+                actions, log_probs, values = to_numpy(out.actions), to_numpy(out.log_probs), to_numpy(out.values)
+                rnn_out = to_numpy(out.rnn_states) if recurrent else None
         with self.timing.add_time("scatter"):
             start = 0
             for (s, t), n in zip(spans, counts, strict=True):

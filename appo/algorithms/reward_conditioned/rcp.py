@@ -31,6 +31,7 @@ from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.actor_critic import build_mlp
 from appo.models.command_policy import CommandPolicy
+from appo.models.device import to_device, to_host
 from appo.protocol.control import set_commands
 from utils.logging import log
 
@@ -174,7 +175,7 @@ class RCP(Algorithm):
             out["starts"] = torch.stack([z[0] for z in per_episode])
             return out
         with torch.no_grad():
-            values = self.value(states.to(self.device)).squeeze(-1).cpu()
+            values = to_host(self.value(to_device(states, self.device)).squeeze(-1))
         lengths = [len(e[2]) for e in episodes]
         returns = torch.cat(
             [
@@ -193,22 +194,22 @@ class RCP(Algorithm):
         data = self.targets()
         weights = exponential_weights(data["targets"], cfg.rcp_beta, cfg.rcp_max_weight)
         commands = (data["targets"] * cfg.command_scale[0]).unsqueeze(-1)
-        inputs = torch.cat([data["states"], commands], dim=-1).to(self.device)
-        actions = data["actions"].reshape(len(inputs), -1).to(self.device)
+        inputs = to_device(torch.cat([data["states"], commands], dim=-1), self.device)
+        actions = to_device(data["actions"].reshape(len(inputs), -1), self.device)
         if model.is_discrete:
             actions = actions.reshape(-1)
         losses, value_losses = [], []
         for _ in range(cfg.rcp_updates_per_iteration):
             idx = torch.randint(len(inputs), (cfg.batch_size,))
             log_probs = model.distribution(inputs[idx]).log_prob(actions[idx])
-            loss = -(weights[idx].to(self.device) * log_probs).mean()
+            loss = -(to_device(weights[idx], self.device) * log_probs).mean()
             grad_norm = self.guard.step(loss, list(model.parameters()), self.optimizer, cfg.max_grad_norm)
             if grad_norm == grad_norm:  # not NaN: the step was taken
                 model.updates += 1
                 losses.append(float(loss.detach()))
             if self.value is not None:
-                v = self.value(data["states"][idx].to(self.device)).squeeze(-1)
-                value_loss = (v - data["value_targets"][idx].to(self.device)).square().mean()
+                v = self.value(to_device(data["states"][idx], self.device)).squeeze(-1)
+                value_loss = (v - to_device(data["value_targets"][idx], self.device)).square().mean()
                 self.guard.step(value_loss, list(self.value.parameters()), self.value_optimizer, cfg.max_grad_norm)
                 value_losses.append(float(value_loss.detach()))
         self.since_iteration = 0

@@ -32,6 +32,7 @@ from appo.algorithms.common.returns import return_to_go
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.command_policy import CommandPolicy  # registers the model kind
+from appo.models.device import to_device, to_host
 from appo.protocol.control import set_commands
 from appo.sampling.evaluator import run_episode
 from utils.logging import log
@@ -60,8 +61,8 @@ def stitch(
     """The episodes that end in `batch` (trajectories [N, T] as actor workers write them), each whole: (states
     [L, state_dims] without the command the actors appended, actions [L, ...], rewards [L]). Steps of episodes
     still running wait in `partial` (episode id -> chunks), keyed by the `episode_ids` field."""
-    obs, actions, rewards = batch["obs"].cpu(), batch["actions"].cpu(), batch["rewards"].cpu()
-    dones, ids = batch["dones"].cpu(), batch["episode_ids"].cpu()
+    host = to_host({k: batch[k] for k in ("obs", "actions", "rewards", "dones", "episode_ids")})
+    obs, actions, rewards, dones, ids = host.values()
     N, T = rewards.shape
     finished = []
     for n in range(N):
@@ -246,8 +247,8 @@ class UDRL(Algorithm):
         for _ in range(cfg.udrl_updates_per_iteration):
             b = self.buffer.sample(cfg.batch_size, cfg.udrl_sample_unit)
             commands = torch.stack([b["return_to_go"], b["horizon"]], dim=-1).float() * scale
-            inputs = torch.cat([b["states"], commands], dim=-1).to(self.device)
-            actions = b["actions"].to(self.device)
+            inputs = to_device(torch.cat([b["states"], commands], dim=-1), self.device)
+            actions = to_device(b["actions"], self.device)
             if model.is_discrete:
                 actions = actions.reshape(-1)
             loss = -model.distribution(inputs).log_prob(actions).mean()

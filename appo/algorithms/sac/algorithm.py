@@ -51,7 +51,11 @@ class SAC(Algorithm):
         self.log_alpha = torch.tensor(float(cfg.initial_alpha), device=device).log().requires_grad_(True)
         # fused: one kernel per parameter group instead of a dozen foreach ops (about 10% of an update on one core)
         adam = lambda params, lr: torch.optim.Adam(  # noqa: E731
-            params, lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, fused=True
+            params,
+            lr=lr,
+            betas=(cfg.adam_beta1, cfg.adam_beta2),
+            eps=cfg.adam_eps,
+            fused=torch.device(device).type in ("cpu", "cuda"),
         )
         self.actor_optimizer = adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_optimizer = adam(self.critic.parameters(), cfg.critic_lr)

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from appo.algorithms.sac.replay import FIELDS, Replay
+from appo.models.device import to_device
 from utils.logging import log
 
 # The learner asks for BATCHES_PER_CALL minibatches in one call (each still uniform over the replay as it was then),
@@ -243,8 +244,8 @@ class ShardedReplay:
             order = torch.randperm(count)
             rows = {k: v[order] for k, v in rows.items()}
         return deque(
-            {k: v[i : i + n].to(self.device) for k, v in rows.items()} for i in range(0, count - n + 1, n)
-        ) or deque([{k: v.to(self.device) for k, v in rows.items()}])
+            {k: to_device(v[i : i + n], self.device) for k, v in rows.items()} for i in range(0, count - n + 1, n)
+        ) or deque([to_device(rows, self.device)])
 
     def state_dict(self) -> dict[str, Any]:
         """Every shard's rows (each oldest first) one after the other, in the local replay's format."""
