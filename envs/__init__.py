@@ -109,9 +109,10 @@ def _reward_conditioning(cfg: Any, env: gym.Env) -> gym.Env:
     if getattr(cfg, "sparse_reward", False):
         env = SparseReward(env)
     if dims:
-        follow = bool(getattr(cfg, "command_follows", False))
+        follow = getattr(cfg, "command_follows", "") or ""
         cap = cfg.max_command_return if follow else float("inf")
-        env = CommandObservation(env, cfg.command_scale, follow=follow, cap=cap)
+        discount = cfg.gamma if follow == "discounted_return_to_go" else 1.0
+        env = CommandObservation(env, cfg.command_scale, follow=bool(follow), cap=cap, discount=discount)
     return env
 
 

@@ -7,10 +7,13 @@ CommandObservation: appends the scaled command (desired return-to-go and, for UD
 observation, so the policy acting in an actor worker and the learner reading the trajectory see the same input.
 The command of an episode is given at its start as `reset(options={"command": [R, H]})` (in a run: the actor's
 EnvRunner, from the control channel's command table, appo/protocol/control.py), else it is the wrapper's default
-(`set_default_command`: enjoy.py's --command_return/--command_horizon). During the episode it follows what was
-achieved: return-to-go -= reward (at most --max_command_return), horizon -= 1 (never below 1); for RCP
-(`follow=False`) it stays as given: the desired discounted return of the whole episode (RCP-R) or the desired
-advantage (RCP-A). The wrapper chooses nothing: it keeps the command it is given up to date.
+(`set_default_command`: enjoy.py's --command_return/--command_horizon). During the episode it moves as the labels
+the policy is trained with do, so a state is never acted on with a command it was not trained with:
+- UDRL: return-to-go -= reward (at most --max_command_return), horizon -= 1 (never below 1);
+- RCP-R (`discount` = gamma): the desired discounted return-to-go Z_{t+1} = (Z_t - reward) / gamma (at most
+  --max_command_return), the recursion of the labels Z_t = r_t + gamma Z_{t+1} it is trained with;
+- RCP-A (`follow=False`): the desired advantage, the same for every step.
+The wrapper chooses nothing: it keeps the command it is given up to date.
 """
 
 from __future__ import annotations
@@ -51,11 +54,15 @@ class CommandObservation(gym.Wrapper):
         default: list[float] | None = None,
         follow: bool = True,
         cap: float = np.inf,
+        discount: float = 1.0,
     ) -> None:
-        """`follow`: the command follows what is achieved (UDRL); else it stays as given for the episode (RCP).
-        `cap`: the most return-to-go a followed command asks for (after losses it would grow past what was asked)."""
+        """`follow`: the command follows what is achieved (UDRL, RCP-R); else it stays as given (RCP-A).
+        `cap`: the most return-to-go a followed command asks for (after losses it would grow past what was asked).
+        `discount`: the return-to-go is discounted by it (RCP-R: gamma; UDRL: 1)."""
         super().__init__(env)
-        self.follow, self.cap = follow, cap
+        if not 0.0 < discount <= 1.0:
+            raise ValueError(f"CommandObservation: discount={discount} must be in (0, 1]")
+        self.follow, self.cap, self.discount = follow, cap, discount
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ValueError(f"reward-conditioned policies need a flat Box observation space, not {space}")
@@ -89,7 +96,7 @@ class CommandObservation(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         if not self.follow:
             return self._obs(obs), reward, terminated, truncated, info
-        self.command[0] = min(self.command[0] - float(reward), self.cap)
+        self.command[0] = min((self.command[0] - float(reward)) / self.discount, self.cap)
         if len(self.command) > 1:
             self.command[1] = max(self.command[1] - 1.0, 1.0)
         return self._obs(obs), reward, terminated, truncated, info

@@ -55,9 +55,10 @@ class AlgorithmSpec(NamedTuple):
     # Per-step fields it needs beyond the engine's own, by name (appo/protocol/buffers.py actor_fields).
     trajectory_fields: tuple[str, ...] = ()
     # Command inputs of a reward-conditioned policy (envs/reward_conditioning.py appends them to observations), and
-    # whether the command follows the episode (return-to-go and horizon shrink each step) or holds.
+    # how the command moves during an episode, as the labels it is trained with do: "" holds (RCP-A's advantage),
+    # "return_to_go" (UDRL: return -= reward, horizon -= 1), "discounted_return_to_go" (RCP-R: (Z - reward) / gamma).
     command_dims: int = 0
-    command_follows: bool = False
+    command_follows: str = ""
     # "module:function" of the loop that trains it in place of the engine's driver loop (run(cfg) -> exit status),
     # and of what enjoy.py shows of it in place of playing episodes; empty: the engine's own.
     run_loop: str = ""
@@ -114,7 +115,7 @@ register(
         consumes="replay",
         trajectory_fields=("episode_ids",),  # whole episodes are stitched from trajectories by these
         command_dims=UDRL_COMMAND_DIMS,
-        command_follows=True,
+        command_follows="return_to_go",
     )
 )
 register(
@@ -130,6 +131,7 @@ register(
         consumes="replay",
         trajectory_fields=("episode_ids",),
         command_dims=RCP_COMMAND_DIMS,
+        command_follows="discounted_return_to_go",  # training labels step t with its own Z_t (issue 34, bug 3)
     )
 )
 register(

@@ -167,9 +167,9 @@ class Cfg(RunCfg, SamplingCfg, LearningCfg, *flag_groups(), ModelCfg, MetaCfg, E
         return command_dims(self)
 
     @property
-    def command_follows(self) -> bool:
-        """Whether the command follows the episode (return-to-go and horizon shrink each step) or holds."""
-        return self.algo in ALGORITHMS and ALGORITHMS[self.algo].command_follows
+    def command_follows(self) -> str:
+        """How the command moves during an episode ("" holds; AlgorithmSpec.command_follows lists the others)."""
+        return ALGORITHMS[self.algo].command_follows if self.algo in ALGORITHMS else ""
 
 
 GROUPS: list[tuple[str, type]] = [

@@ -145,3 +145,39 @@ def test_rcp_flags():
     assert any(e.startswith("--command_scale") for e in verify(rcp_cfg("rcp_r", command_scale=[0.1, 0.1])))
     assert any(e.startswith("--rcp_lambda") for e in verify(rcp_cfg("rcp_a", rcp_lambda=1.5)))
     assert any(e.startswith("--rcp_beta") for e in verify(rcp_cfg("rcp_a", rcp_beta=0.0)))
+
+
+@pytest.mark.parametrize("algo", ["rcp_r", "rcp_a"])
+def test_acting_conditions_each_step_on_the_target_training_labels_it_with(algo):
+    """Issue 34, bug 3: RCP-R trained step t on its own Z_t but acted on the first step's target at every step
+    (reward 1 for 200 steps, gamma 0.99: labels 86.6 at t=0, 1.0 at t=199, every acting step asked 86.6). An
+    episode played again with its own first-step target as the command must see, at each step, the label the
+    learner gives that step. RCP-A's labels are advantages of different steps: its command holds."""
+    rcp = make_rcp(algo, env="CartPole-v1", gamma=0.99)
+    env = make_run_env(rcp.cfg)
+    actions = [int(a) for a in np.random.default_rng(0).integers(0, 2, 500)]
+    scale = rcp.cfg.command_scale[0]
+
+    def play(command: float) -> tuple[list[np.ndarray], list[float], list[float]]:
+        obs, _ = env.reset(seed=5, options={"command": [command]})
+        states, rewards, commands = [], [], []
+        for action in actions:
+            states.append(obs[:-1])
+            commands.append(float(obs[-1]) / scale)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            rewards.append(float(reward))
+            if terminated or truncated:
+                return states, rewards, commands
+        raise AssertionError("the episode did not end")
+
+    states, rewards, _ = play(0.0)
+    assert len(rewards) > 5
+    rcp.replay.add(torch.tensor(np.array(states)), torch.tensor(actions[: len(rewards)]), torch.tensor(rewards))
+    labels = rcp.targets()["targets"].double().numpy()
+    _, again, commands = play(float(labels[0]))
+    assert again == rewards  # the same episode
+    if algo == "rcp_r":
+        np.testing.assert_allclose(commands, labels, rtol=1e-5)
+        assert commands[-1] == pytest.approx(1.0, rel=1e-5)  # the last step's label: its own reward
+    else:
+        assert commands == [commands[0]] * len(commands)

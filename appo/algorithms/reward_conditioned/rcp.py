@@ -7,8 +7,9 @@ FIFO replay of its recent episodes by exponentially weighted likelihood: each st
 target Z, the discounted return-to-go (RCP-R) or the advantage against a value function trained on TD(lambda)
 targets (RCP-A), and weighted by min(exp(standardised Z / beta), max). Rollouts condition on targets drawn from a
 Gaussian fitted to the replay's targets, shifted up by one standard deviation: one draw per env per iteration,
-written to the control channel's command table and held for the whole episode (CommandObservation with
-follow=False). RCP-R's targets are the episodes' whole discounted returns (the target of their first steps).
+written to the control channel's command table. RCP-R draws from its episodes' first-step targets (whole discounted
+returns) and the command then follows the episode as its labels do, Z_{t+1} = (Z_t - r_t) / gamma
+(envs/reward_conditioning.py, the spec's command_follows); RCP-A's advantage target holds for the whole episode.
 Stitching episodes, warm-up, iterations, the greedy evaluation and checkpoints work as in UDRL
 (appo/algorithms/reward_conditioned/udrl.py). An episode's end is treated as terminal (no bootstrap at a time limit)."""
 
