@@ -16,6 +16,8 @@ from envs.wrappers import task_bucket
 
 FPS_WINDOWS = (10, 60, 300)  # seconds
 RETURN_WINDOW = 100  # episodes averaged for the return statistics
+# Learner statistics that are events, not state: written once, at the env steps of the report that carried them.
+EVENT_PREFIX = "greedy/"
 # Learner statistics written under perf/ rather than train/ (besides policy_lag_*): the engine's, and each
 # algorithm's own (its spec's perf_keys).
 PERF_KEYS = {"dropped_trajectories"}.union(*(spec.perf_keys for spec in ALGORITHMS.values()))
@@ -34,6 +36,7 @@ class PolicyStats:
         self.by_task: dict[str, deque[float]] = {}
         self.last_eval: EvalReport | None = None
         self.unwritten_evals: list[EvalReport] = []  # every evaluation since the last summary write, in order
+        self.unwritten_events: list[tuple[int, str, float]] = []  # (env steps, tag, value): learners' evaluations
         self.hparams: dict[str, float] = {}  # current values of the hyperparameters PBT may change
 
     def add_trials(self, trials: list[dict]) -> None:
@@ -80,7 +83,11 @@ class Stats:
     def _on_train(self, msg: TrainReport) -> None:
         p = self.policies[msg.policy_id]
         p.env_steps, p.version = msg.env_steps, msg.version
-        p.train.update(msg.stats)
+        # greedy/*: evaluations a learner ran (UDRL's and RCP's greedy episodes), written once at the steps they
+        # came with; everything else is the learner's latest state, written at every summary.
+        events = {k: v for k, v in msg.stats.items() if k.startswith(EVENT_PREFIX)}
+        p.train.update({k: v for k, v in msg.stats.items() if k not in events})
+        p.unwritten_events.extend((msg.env_steps, k, v) for k, v in events.items())
         self.learner_busy_seconds += msg.stats.get("train_seconds", 0.0)
 
     def _on_hparams(self, msg: HyperparamsReport) -> None:
@@ -185,6 +192,9 @@ class SummaryWriters:
             for report in p.unwritten_evals:  # two can arrive between writes (the last one, forced at shutdown)
                 self.write_eval(writer, report)
             p.unwritten_evals.clear()
+            for event_step, tag, value in p.unwritten_events:
+                writer.add_scalar(tag, value, event_step)
+            p.unwritten_events.clear()
             if not math.isnan(fps):
                 writer.add_scalar("perf/fps", fps, step)
             for key, value in p.train.items():

@@ -95,8 +95,18 @@ class Evaluator:
             self.fast.load(self.model)
         if self.is_meta:
             return self._meta_test(request, version)
+        # A reward-conditioned policy plays the command its weights carry (the learner's greedy command), as enjoy.py
+        # does; without it the env's default command (0, 1) would be played.
+        options = {"command": self.model.command.tolist()} if self.cfg.command_dims else None
         episodes = [
-            run_episode(self.env, self.model, self.state_size, seed=self.cfg.seed + 10_000 + i, fast=self.fast)
+            run_episode(
+                self.env,
+                self.model,
+                self.state_size,
+                seed=self.cfg.seed + 10_000 + i,
+                fast=self.fast,
+                reset_options=options,
+            )
             for i in range(self.cfg.eval_episodes)
         ]
         returns = np.array([e[0] for e in episodes])

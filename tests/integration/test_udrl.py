@@ -12,6 +12,7 @@ from appo.algorithms.reward_conditioned.udrl import run_command_episode
 from appo.config.cfg import make_cfg, read_saved_cfg
 from appo.learning.checkpoint import list_checkpoints
 from appo.models.registry import make_model
+from appo.tools.plot import load_events, scalar_series
 from envs import make_run_env
 from tests.conftest import run_script
 
@@ -38,8 +39,19 @@ def greedy_returns(exp_dir, commands: list[float]) -> list[float]:
 
 def test_udrl_follows_commands_on_the_chain_and_resumes(train_dir):
     args = [*CHAIN, f"--train_dir={train_dir}", "--experiment=chain"]
-    first = run_script("train_appo.py", [*args, "--train_for_env_steps=6000"], check=True)
+    first = run_script("train_appo.py", [*args, "--train_for_env_steps=6000", "--eval_interval=2000"], check=True)
     exp_dir = train_dir / "chain"
+    # Two evaluations, two tags (issue 34, bug 4): the engine's evaluator (eval/*) plays the model's command, the
+    # learner's greedy evaluation (greedy/*, every --udrl_eval_every iterations) is written once per evaluation.
+    events = load_events(exp_dir / "summaries" / "0")
+    state = torch.load(list_checkpoints(exp_dir / "checkpoint_p0")[-1], weights_only=True)
+    evaluated = state["udrl"]["history"][:, -1]
+    greedy_steps, _, greedy = scalar_series(events, "greedy/return_mean")
+    assert len(greedy) == int((~torch.isnan(evaluated)).sum()) >= 1, (greedy, evaluated)
+    assert greedy.tolist() == evaluated[~torch.isnan(evaluated)].tolist()
+    eval_steps, _, _ = scalar_series(events, "eval/return_mean")
+    assert len(eval_steps) >= 2  # at 2000 and 4000 steps, and the final one
+    assert (greedy_steps > 0).all()  # each at the steps it ran at
     returns = greedy_returns(exp_dir, [2.0, 5.0, 8.0])
     assert returns[0] < returns[1] < returns[2], (returns, first.stdout[-3000:])
     for command, got in zip([2.0, 5.0, 8.0], returns, strict=True):

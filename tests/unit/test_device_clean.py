@@ -25,7 +25,10 @@ ON_DEVICE = sorted(name for name in ALGORITHMS if not algorithm_spec(name).run_l
 
 @pytest.mark.parametrize("algo", ON_DEVICE)
 def test_every_algorithm_runs_with_its_models_on_a_device(
-    algo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_process_identity: None  # noqa: F811
+    algo: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    restore_process_identity: None,  # noqa: F811
 ) -> None:
     flags = {
         "env": ENVS.get(algo, "CartPole-v1"),

@@ -61,3 +61,30 @@ def test_evaluation_of_a_plain_env_is_the_same_in_numpy_and_torch() -> None:
     a, b = evaluate_both(["--env=Pendulum-v1", "--eval_episodes=2"])
     assert a.return_mean == pytest.approx(b.return_mean, rel=1e-4)
     assert a.length_mean == b.length_mean == 200
+
+
+def test_the_evaluator_plays_a_reward_conditioned_policy_with_its_command() -> None:
+    """Issue 34, bug 4: the engine's evaluator reset a UDRL/RCP env without a command, so it played the env's
+    default (0, 1) whatever the learner had reached. It must play the command the weights carry, as enjoy.py and the
+    learner's greedy evaluation do."""
+    from appo.algorithms.reward_conditioned.udrl import run_command_episode
+
+    cfg = parse_cfg(["--algo=udrl", "--env=CartPole-v1", "--eval_episodes=3", "--numpy_inference=False"])
+    env = make_run_env(cfg)
+    spaces = (env.observation_space, env.action_space)
+    torch.manual_seed(3)
+    model = make_model(cfg, *spaces)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+        model.updates.fill_(1)  # past the warm-up: the policy acts, not uniformly at random
+        model.command.copy_(torch.tensor([400.0, 300.0]))
+    store = ParamStore(model)
+    store.publish(model, 1)
+    report = Evaluator(cfg, spaces, [store]).evaluate(EvalRequest(0, 0))
+    model.eval()
+    seeds = [cfg.seed + 10_000 + i for i in range(3)]
+    with_command = [run_command_episode(env, model, (400.0, 300.0), seed)[0] for seed in seeds]
+    default = [run_command_episode(env, model, (0.0, 1.0), seed)[0] for seed in seeds]
+    assert with_command != default  # the command changes what this policy does: the test can tell them apart
+    assert report.return_mean == pytest.approx(np.mean(with_command))

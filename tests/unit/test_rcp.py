@@ -130,7 +130,11 @@ def test_rcp_checkpoint_round_trip():
     for a, b in zip(fresh.value.parameters(), rcp.value.parameters(), strict=True):
         assert torch.equal(a, b)
     assert torch.equal(fresh.targets()["targets"], rcp.targets()["targets"])
-    assert torch.equal(fresh.control["commands"][:, 0], rcp.model.command.expand(len(fresh.control["commands"])))
+    # A resumed run draws every env's target from the saved N(mean + std, std) again, not the mean for all.
+    assert fresh.target == rcp.target and rcp.target[1] > 0
+    assert torch.equal(fresh.model.command, rcp.model.command)
+    commands = fresh.control["commands"][:, 0]
+    assert len(commands) > 1 and commands.std() > 0
 
 
 def test_rcp_flags():

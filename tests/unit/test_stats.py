@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from appo.driver.stats import Stats, SummaryWriters
-from appo.protocol.messages import EvalReport
+from appo.protocol.messages import EvalReport, TrainReport
 from appo.tools.plot import load_events, scalar_series
 
 
@@ -21,3 +21,20 @@ def test_every_evaluation_between_two_writes_reaches_tensorboard(tmp_path):
     assert steps.tolist() == [25_000, 300_000, 300_112]
     assert values.tolist() == [883.0, 6427.5, 6262.5]
     assert stats.policies[0].last_eval.return_mean == 6262.5
+
+
+def test_a_learners_greedy_evaluation_is_written_once_at_its_own_steps(tmp_path):
+    """UDRL/RCP's greedy evaluations (greedy/*) are events: each at the env steps of the report that carried it,
+    once, however many summaries follow; the learner's state (train/*) is written at every summary."""
+    stats, writers = Stats(num_policies=1), SummaryWriters(tmp_path, num_policies=1)
+    stats.on_report(TrainReport(0, 1_000, 5, {"loss": 1.0, "greedy/return_mean": 42.0}))
+    stats.on_report(TrainReport(0, 1_500, 6, {"loss": 0.5}))
+    writers.write(stats)
+    stats.on_report(TrainReport(0, 2_000, 7, {"loss": 0.25}))
+    writers.write(stats)
+    writers.close()
+    events = load_events(tmp_path / "0")
+    steps, _wall, values = scalar_series(events, "greedy/return_mean")
+    assert steps.tolist() == [1_000] and values.tolist() == [42.0]
+    steps, _wall, values = scalar_series(events, "train/loss")
+    assert steps.tolist() == [1_500, 2_000] and values.tolist() == [0.5, 0.25]

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.returns import return_to_go
-from appo.algorithms.reward_conditioned.udrl import HISTORY_COLUMNS, greedy_returns, stitch
+from appo.algorithms.reward_conditioned.udrl import HISTORY_COLUMNS, greedy_returns, remember, stitch
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.actor_critic import build_mlp
@@ -118,6 +118,7 @@ class RCP(Algorithm):
         self.history: list[list[float]] = []
         self.eval_env: gym.Env | None = None
         self.last: dict[str, float] = {}
+        self.target = (math.nan, math.nan)  # (mean, std) of the last iteration's start targets
 
     def set_cfg(self, cfg: Cfg) -> None:
         super().set_cfg(cfg)
@@ -128,7 +129,8 @@ class RCP(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         counters = {"episodes": self.episodes, "since_iteration": self.since_iteration, "iterations": self.iterations}
         history = torch.tensor(self.history, dtype=torch.float64).reshape(-1, len(HISTORY_COLUMNS))
-        state = {"optimizer": self.optimizer.state_dict(), "rcp": counters | {"history": history}}
+        target = torch.tensor(self.target, dtype=torch.float64)
+        state = {"optimizer": self.optimizer.state_dict(), "rcp": counters | {"history": history, "target": target}}
         if self.value is not None:
             state |= {"value": self.value.state_dict(), "value_optimizer": self.value_optimizer.state_dict()}
         return state
@@ -141,8 +143,10 @@ class RCP(Algorithm):
         counters = state["rcp"]
         self.episodes, self.since_iteration = int(counters["episodes"]), int(counters["since_iteration"])
         self.iterations, self.history = int(counters["iterations"]), counters["history"].tolist()
-        if self.iterations > 0 and self.control is not None:
-            set_commands(self.control["commands"], self.model.command.tolist())  # the mean rollout target
+        if "target" in counters and not torch.isnan(counters["target"]).any():
+            self.write_commands(*counters["target"].tolist())  # each env draws its own target again
+        elif self.iterations > 0 and self.control is not None:  # a checkpoint from before the target was kept
+            set_commands(self.control["commands"], self.model.command.tolist())
 
     def replay_state(self) -> dict[str, Any] | None:
         return self.replay.state_dict()
@@ -160,7 +164,7 @@ class RCP(Algorithm):
             self.since_iteration += 1
         due = self.cfg.udrl_episodes_per_iteration if self.iterations else max(self.cfg.udrl_warmup_episodes, 1)
         if self.since_iteration >= due and len(self.replay) > 0:
-            self.last = self.iteration()
+            return remember(self, self.iteration())
         return dict(self.last)
 
     def targets(self) -> dict[str, Tensor]:
@@ -231,19 +235,17 @@ class RCP(Algorithm):
         if value_losses:
             stats["value_loss"] = float(np.mean(value_losses))
         self.new_returns, self.last_iteration_at = [], time.monotonic()
-        evaluated = cfg.udrl_eval_every > 0 and self.iterations % cfg.udrl_eval_every == 0
-        if evaluated:
-            stats["eval/return_mean"] = float(np.mean(self.evaluate([mean + std])))
-        elif "eval/return_mean" in self.last:
-            stats["eval/return_mean"] = self.last["eval/return_mean"]
+        if cfg.udrl_eval_every > 0 and self.iterations % cfg.udrl_eval_every == 0:
+            stats["greedy/return_mean"] = float(np.mean(self.evaluate([mean + std])))
         row = [self.iterations, self.episodes, stats["rcp/episode_return"], mean + std, math.nan]
         row += [stats["rcp/replay_return"], stats["loss"], stats["rcp/seconds_per_iteration"]]
-        self.history.append(row + [stats["eval/return_mean"] if evaluated else math.nan])
+        self.history.append(row + [stats.get("greedy/return_mean", math.nan)])
         return stats
 
     def write_commands(self, mean: float, std: float) -> None:
         """Each env's next episodes condition on its own draw from N(mean + std, std); the model keeps mean + std
         (the greedy evaluation's and enjoy.py's target)."""
+        self.target = (mean, std)
         self.model.command.fill_(mean + std)
         if self.control is None:
             return

@@ -11,9 +11,11 @@ is trained by likelihood on its own past episodes relabelled with what they achi
   whole episodes (by the `episode_ids` field) and keeps the --udrl_buffer_episodes best by return (`BestEpisodes`);
 - once --udrl_warmup_episodes episodes are in, and then every --udrl_episodes_per_iteration new ones, an iteration
   runs: --udrl_updates_per_iteration Adam steps on --batch_size uniform samples (state, (return-to-go, steps
-  left), action), then a new exploration command from the --udrl_last_few best episodes (`exploration_command`),
-  written to the control channel and kept in the model (checkpoints, enjoy.py); every --udrl_eval_every
-  iterations a greedy evaluation with that command, in this process (`eval/return_mean`).
+  left), action), then a new exploration command from the --udrl_last_few best episodes (`exploration_command`:
+  their mean return plus a draw from U[0, std]), written to the control channel for the actors; the model keeps
+  the command without the draw (mean return, mean length), which the greedy evaluations, the engine's evaluator
+  (--eval_interval) and enjoy.py play; every --udrl_eval_every iterations a greedy evaluation with it, in this
+  process, logged once at the env steps it ran at (`greedy/return_mean`; the engine's evaluator is `eval/*`).
 Collection does not wait for training: episodes finished during an iteration count toward the next one."""
 
 from __future__ import annotations
@@ -227,7 +229,7 @@ class UDRL(Algorithm):
         self.ingest(batch)
         due = self.cfg.udrl_episodes_per_iteration if self.iterations else max(self.cfg.udrl_warmup_episodes, 1)
         if self.since_iteration >= due and len(self.buffer) > 0:
-            self.last = self.iteration()
+            return remember(self, self.iteration())
         return dict(self.last)
 
     def ingest(self, batch: dict[str, Tensor]) -> None:
@@ -261,8 +263,9 @@ class UDRL(Algorithm):
         returns, lengths = self.buffer.returns(), self.buffer.lengths()
         best = slice(0, min(cfg.udrl_last_few, len(returns)))
         command = exploration_command(returns[best], lengths[best], cfg.max_command_return, float(torch.rand(())))
-        model.command.copy_(torch.tensor(command))
-        self.write_command()
+        self.write_command(command)
+        greedy = exploration_command(returns[best], lengths[best], cfg.max_command_return, 0.0)
+        model.command.copy_(torch.tensor(greedy))
         stats = {
             "loss": float(np.mean(losses)) if losses else math.nan,
             "udrl/command_return": command[0],
@@ -275,20 +278,20 @@ class UDRL(Algorithm):
             "udrl/seconds_per_iteration": time.monotonic() - self.last_iteration_at,
         }
         self.new_returns, self.last_iteration_at = [], time.monotonic()
-        evaluated = cfg.udrl_eval_every > 0 and self.iterations % cfg.udrl_eval_every == 0
-        if evaluated:
-            stats["eval/return_mean"] = float(np.mean(self.evaluate(command)))
-        elif "eval/return_mean" in self.last:
-            stats["eval/return_mean"] = self.last["eval/return_mean"]
+        if cfg.udrl_eval_every > 0 and self.iterations % cfg.udrl_eval_every == 0:
+            stats["greedy/return_mean"] = float(np.mean(self.evaluate(greedy)))
         row = [self.iterations, self.episodes, stats["udrl/episode_return"], *command]
         row += [stats["udrl/buffer_top_return"], stats["loss"], stats["udrl/seconds_per_iteration"]]
-        self.history.append(row + [stats["eval/return_mean"] if evaluated else math.nan])
+        self.history.append(row + [stats.get("greedy/return_mean", math.nan)])
         return stats
 
-    def write_command(self) -> None:
-        """Every env's next episodes start from the model's command (the control channel's command table)."""
+    def write_command(self, command: Any = None) -> None:
+        """Every env's next episodes start from `command` (the control channel's command table); by default the
+        model's."""
         if self.control is not None and "commands" in self.control:
-            set_commands(self.control["commands"], self.model.command.tolist())
+            set_commands(
+                self.control["commands"], list(command) if command is not None else self.model.command.tolist()
+            )
 
     def evaluate(self, command: tuple[float, float]) -> list[float]:
         """Greedy episodes with `command` on an env of this process (built on first use)."""
@@ -296,6 +299,14 @@ class UDRL(Algorithm):
 
     def _best(self) -> float:
         return float(self.buffer.returns()[0]) if len(self.buffer) else math.nan
+
+
+def remember(algo: Any, stats: dict[str, float]) -> dict[str, float]:
+    """`stats` of an iteration of UDRL or RCP, kept in `algo.last` to be reported until the next iteration, less
+    the greedy evaluation: that one is reported once, by the update that ran it (appo/driver/stats.py writes
+    greedy/* at the env steps they came with)."""
+    algo.last = {k: v for k, v in stats.items() if not k.startswith("greedy/")}
+    return stats
 
 
 def greedy_returns(algo: Any, command: Any) -> list[float]:
