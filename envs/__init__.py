@@ -48,6 +48,8 @@ def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = No
             # The passive env checker costs time on every step; envs are checked by tests instead.
             limit = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
             return gym.make(name, disable_env_checker=True, **limit, **kwargs)
+        except gym.error.DependencyNotInstalled as exc:  # a registered id whose package is missing: say which
+            raise UnknownEnvError(f"--env={name}: {exc}".splitlines()[0]) from exc
         except gym.error.Error as exc:
             known = ", ".join(sorted(PROJECT_ENVS)) or "none yet"
             raise UnknownEnvError(

@@ -288,3 +288,17 @@ def test_importing_envs_does_not_import_mujoco() -> None:
 def test_task_family_through_the_time_limit() -> None:
     env = make_env("navigation2d")
     assert task_family(env) is env.unwrapped
+
+
+def test_a_registered_env_whose_package_is_missing_says_so():
+    """A registered id whose package is missing (LunarLander-v3 without box2d) is not "not a registered id": the
+    one-line error names the env and gymnasium's own message of what to install."""
+    import gymnasium as gym
+
+    from envs import UnknownEnvError, make_env
+
+    if "AppoMissingDependency-v0" not in gym.registry:
+        gym.register("AppoMissingDependency-v0", entry_point="tests.support.missing_dependency_env:Env")
+    with pytest.raises(UnknownEnvError) as raised:
+        make_env("AppoMissingDependency-v0")
+    assert str(raised.value) == "--env=AppoMissingDependency-v0: Box2D is not installed, run `pip install box2d`"
