@@ -22,6 +22,7 @@ from appo.algorithms.reward_conditioned.rcp_flags import (
     RCP_PBT_RANGES,
     RCP_R_DEFAULTS,
     RcpCfg,
+    rcp_r_command_follows,
     verify_rcp,
 )
 from appo.algorithms.reward_conditioned.udrl_flags import (
@@ -56,9 +57,10 @@ class AlgorithmSpec(NamedTuple):
     trajectory_fields: tuple[str, ...] = ()
     # Command inputs of a reward-conditioned policy (envs/reward_conditioning.py appends them to observations), and
     # how the command moves during an episode, as the labels it is trained with do: "" holds (RCP-A's advantage),
-    # "return_to_go" (UDRL: return -= reward, horizon -= 1), "discounted_return_to_go" (RCP-R: (Z - reward) / gamma).
+    # "return_to_go" (UDRL: return -= reward, horizon -= 1), "discounted_return_to_go" ((Z - reward) / gamma); or a
+    # function of the cfg giving one of them (RCP-R: by --rcp_condition).
     command_dims: int = 0
-    command_follows: str = ""
+    command_follows: str | Callable[[Any], str] = ""
     # "module:function" of the loop that trains it in place of the engine's driver loop (run(cfg) -> exit status),
     # and of what enjoy.py shows of it in place of playing episodes; empty: the engine's own.
     run_loop: str = ""
@@ -131,7 +133,7 @@ register(
         consumes="replay",
         trajectory_fields=("episode_ids",),
         command_dims=RCP_COMMAND_DIMS,
-        command_follows="discounted_return_to_go",  # training labels step t with its own Z_t (issue 34, bug 3)
+        command_follows=rcp_r_command_follows,  # as the labels of --rcp_condition move (issue 34, bug 3)
     )
 )
 register(

@@ -169,7 +169,10 @@ class Cfg(RunCfg, SamplingCfg, LearningCfg, *flag_groups(), ModelCfg, MetaCfg, E
     @property
     def command_follows(self) -> str:
         """How the command moves during an episode ("" holds; AlgorithmSpec.command_follows lists the others)."""
-        return ALGORITHMS[self.algo].command_follows if self.algo in ALGORITHMS else ""
+        if self.algo not in ALGORITHMS:
+            return ""
+        follows = ALGORITHMS[self.algo].command_follows
+        return follows if isinstance(follows, str) else follows(self)
 
 
 GROUPS: list[tuple[str, type]] = [

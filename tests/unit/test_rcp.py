@@ -151,13 +151,15 @@ def test_rcp_flags():
     assert any(e.startswith("--rcp_beta") for e in verify(rcp_cfg("rcp_a", rcp_beta=0.0)))
 
 
-@pytest.mark.parametrize("algo", ["rcp_r", "rcp_a"])
-def test_acting_conditions_each_step_on_the_target_training_labels_it_with(algo):
+@pytest.mark.parametrize(("algo", "condition"), [("rcp_r", "episode"), ("rcp_r", "step"), ("rcp_a", "episode")])
+def test_acting_conditions_each_step_on_the_target_training_labels_it_with(algo, condition):
     """Issue 34, bug 3: RCP-R trained step t on its own Z_t but acted on the first step's target at every step
     (reward 1 for 200 steps, gamma 0.99: labels 86.6 at t=0, 1.0 at t=199, every acting step asked 86.6). An
     episode played again with its own first-step target as the command must see, at each step, the label the
-    learner gives that step. RCP-A's labels are advantages of different steps: its command holds."""
-    rcp = make_rcp(algo, env="CartPole-v1", gamma=0.99)
+    learner gives that step: with --rcp_condition=episode every label is the episode's return and the command holds,
+    with step each label is the step's own return-to-go and the command follows it. RCP-A's labels are advantages
+    of different steps: its command holds."""
+    rcp = make_rcp(algo, env="CartPole-v1", gamma=0.99, rcp_condition=condition)
     env = make_run_env(rcp.cfg)
     actions = [int(a) for a in np.random.default_rng(0).integers(0, 2, 500)]
     scale = rcp.cfg.command_scale[0]
@@ -182,6 +184,7 @@ def test_acting_conditions_each_step_on_the_target_training_labels_it_with(algo)
     assert again == rewards  # the same episode
     if algo == "rcp_r":
         np.testing.assert_allclose(commands, labels, rtol=1e-5)
-        assert commands[-1] == pytest.approx(1.0, rel=1e-5)  # the last step's label: its own reward
+        last = 1.0 if condition == "step" else labels[0]  # the last step's own reward, or the episode's return
+        assert commands[-1] == pytest.approx(last, rel=1e-5) and labels[0] > 5
     else:
         assert commands == [commands[0]] * len(commands)

@@ -7,9 +7,11 @@ FIFO replay of its recent episodes by exponentially weighted likelihood: each st
 target Z, the discounted return-to-go (RCP-R) or the advantage against a value function trained on TD(lambda)
 targets (RCP-A), and weighted by min(exp(standardised Z / beta), max). Rollouts condition on targets drawn from a
 Gaussian fitted to the replay's targets, shifted up by one standard deviation: one draw per env per iteration,
-written to the control channel's command table. RCP-R draws from its episodes' first-step targets (whole discounted
-returns) and the command then follows the episode as its labels do, Z_{t+1} = (Z_t - r_t) / gamma
-(envs/reward_conditioning.py, the spec's command_follows); RCP-A's advantage target holds for the whole episode.
+written to the control channel's command table. Acting conditions on what training labels with (issue 34, bug 3):
+RCP-R with --rcp_condition=episode (the default) labels every step with its episode's discounted return and the
+command holds for the episode; with --rcp_condition=step (the paper's return-to-go) each step gets its own Z_t and the
+command follows the episode as the labels do, Z_{t+1} = (Z_t - r_t) / gamma (envs/reward_conditioning.py, the
+spec's command_follows). RCP-A's advantage target holds for the whole episode.
 Stitching episodes, warm-up, iterations, the greedy evaluation and checkpoints work as in UDRL
 (appo/algorithms/reward_conditioned/udrl.py). An episode's end is treated as terminal (no bootstrap at a time limit)."""
 
@@ -176,6 +178,8 @@ class RCP(Algorithm):
         gamma = self.cfg.gamma
         if self.value is None:
             per_episode = [return_to_go(e[2], gamma) for e in episodes]
+            if self.cfg.rcp_condition == "episode":  # every step: its episode's discounted return
+                per_episode = [z[:1].expand(len(z)) for z in per_episode]
             out["targets"] = torch.cat(per_episode)
             out["starts"] = torch.stack([z[0] for z in per_episode])
             return out

@@ -22,6 +22,16 @@ class RcpCfg:
     rcp_max_weight: float = flag(20.0, "RCP: cap of the exponential weights")
     rcp_lambda: float = flag(0.95, "RCP-A: lambda of the TD(lambda) targets of the value function")
     rcp_value_layers: list[int] = flag([64, 64], "RCP-A: hidden sizes of the value function (relu)")
+    rcp_condition: str = flag(
+        "episode",
+        "RCP-R: the target of a step, which acting conditions on too: episode (its episode's discounted return; the "
+        "command holds) or step (its own discounted return-to-go; the command follows (Z - reward) / gamma)",
+    )
+
+
+def rcp_r_command_follows(c: Any) -> str:
+    """How RCP-R's command moves during an episode: as its labels do (--rcp_condition)."""
+    return "discounted_return_to_go" if c.rcp_condition == "step" else ""
 
 
 # Shared flags (and reward-conditioned flags) whose default differs for RCP: Adam 1e-3, batch 256, the gated 2x64
@@ -50,6 +60,8 @@ def verify_rcp(c: Any) -> list[str]:
     ]
     if not 0.0 <= c.rcp_lambda <= 1.0:
         errors.append(f"--rcp_lambda={c.rcp_lambda}: must be in [0, 1]")
+    if c.rcp_condition not in ("episode", "step"):
+        errors.append(f"--rcp_condition={c.rcp_condition}: must be episode or step")
     if not c.rcp_value_layers or min(c.rcp_value_layers) <= 0:
         errors.append(f"--rcp_value_layers={c.rcp_value_layers}: must be one or more sizes > 0")
     return errors + verify_command_policy(c, RCP_COMMAND_DIMS)
