@@ -5,6 +5,7 @@ every backend answers)."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,28 @@ from appo.protocol.processes import spawn_context, stop_processes
 from appo.protocol.wiring import Queues, actor_inbox, close_all, policy_queue, send, wire
 from utils.logging import log
 from utils.paths import checkpoint_dir
+
+# Seconds each kind of process is given to exit after its Stop, before SIGTERM and then SIGKILL (1 s later): at the
+# end of a run, and after a signal (in all 2 + 2 + 6 + 1 s and four 1-s graces: within 15 s of the signal).
+STOP_BUDGETS = {
+    "end": {"actors": 10.0, "policy_workers": 10.0, "learners": 30.0, "evaluators": 10.0},
+    "signal": {"actors": 2.0, "policy_workers": 2.0, "learners": 6.0, "evaluators": 1.0},
+}
+
+
+def stop_deadline(driver: Any, kind: str, began: float) -> Any:
+    """When the processes of `kind`, told to stop at `began`, are forced: after their budget at the end of a run,
+    or, once a signal has come (before the stop or during it), after their signal budget from then on. After a
+    signal the whole stop fits in STOP_BUDGETS["signal"] (a person pressed Ctrl-C, a scheduler sent SIGTERM and
+    kills the job soon after): the learners still save, no final evaluation runs."""
+
+    def deadline() -> float:
+        at_end = began + STOP_BUDGETS["end"][kind]
+        if driver.interrupted_at is None:
+            return at_end
+        return min(at_end, max(began, driver.interrupted_at) + STOP_BUDGETS["signal"][kind])
+
+    return deadline
 
 
 class LocalBackend:
@@ -147,12 +170,12 @@ class LocalBackend:
             ("evaluators", [queues.eval_queue]),
         ):
             processes = self.sup.of_kind(kind)
-            if kind == "evaluators" and processes and not driver.errors:
+            if kind == "evaluators" and processes and not driver.errors and not driver.interrupted:
                 self.final_evaluation(driver, processes)
             for target in targets:
                 for _ in range(len(processes) if kind == "policy_workers" else 1):
                     put_quietly(target, stop)
-            forced = stop_processes(processes, timeout=30.0 if kind == "learners" else 10.0)
+            forced = stop_processes(processes, deadline=stop_deadline(driver, kind, time.monotonic()))
             if forced:
                 log.warning("had to terminate: %s", ", ".join(forced))
             driver.on_messages(self.poll(0.0))
@@ -167,13 +190,11 @@ class LocalBackend:
         """One last evaluation of every policy's newest weights, so every run ends with eval summaries; not
         waited for once no evaluator process is alive to answer. An evaluation asked for before the stop may still
         be running (of older weights): its answer comes first, then the saved weights are asked for."""
-        import time
-
         deadline = time.monotonic() + timeout
 
         def answered() -> bool:
             """Until every outstanding evaluation is answered; False when no evaluator is left to answer."""
-            while not driver.evals_done() and time.monotonic() < deadline:
+            while not driver.evals_done() and time.monotonic() < deadline and not driver.interrupted:
                 if not any(p.is_alive() for p in evaluators):
                     log.warning("no final evaluation: the evaluator is gone")
                     return False

@@ -2,11 +2,15 @@
 replaced, and stop them all.
 
 - An actor worker killed by a signal (OOM killer, segfault, kill -9), silent for longer than
-  `--worker_stuck_timeout` (its heartbeat stamp in shared memory), or without a first heartbeat
-  `--worker_start_timeout` seconds after it was started (hung while building its envs) is killed if still
+  `--worker_stuck_timeout` (its heartbeat stamp in shared memory), or hung while starting is killed if still
   there and started again with a new incarnation, reading the same inbox; the slot groups it was filling are
   reused, those with the learner come back by SlotsReleased, and replies and releases meant for the old
   incarnation are ignored. Lost: its unfinished rollouts.
+- A slow start is not a hang. A starting worker stamps its heartbeat negative (-wall time) as it goes (its
+  imports done, each env built, each decorrelation step): it is hung only when no progress came for the start
+  allowance, `--worker_start_timeout` times the machine's load at the start (processes started per core, at
+  least 1: 18 processes on 2 cores import torch nine at a time), counted from its last progress, or from its
+  start before the first.
 - A policy worker killed by a signal, or silent for longer than `--worker_stuck_timeout` (blocked for good
   inside its request queue when an actor worker was killed in that queue's critical section), is started
   again on a fresh request queue (the old one may block its writers: a reader killed while waiting on a
@@ -18,6 +22,7 @@ replaced, and stop them all.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +73,12 @@ class Supervisor:
         self.stuck_timeout, self.start_timeout = stuck_timeout, start_timeout
         self.children: list[Child] = []
         self.restarts = 0
+        self.cores = max(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 1)
+
+    @property
+    def start_allowance(self) -> float:
+        """Seconds a starting child may go without progress: --worker_start_timeout times processes per core."""
+        return self.start_timeout * max(1.0, len(self.children) / self.cores)
 
     def add(
         self, kind: str, name: str, target: Callable[..., None], args: Callable[[int], tuple], restartable: bool = False
@@ -126,13 +137,21 @@ class Supervisor:
 
     def _is_stuck(self, child: Child, now: float) -> bool:
         beat = float(self.heartbeats[child.kind][self._beat_index(child)])
-        if beat <= 0:  # not a single beat yet: still starting, or hung before its loop
-            return now - child.started > self.start_timeout
+        if beat == 0:  # no sign yet: importing, or hung before its first progress
+            return now - child.started > self.start_allowance
+        if beat < 0:  # starting: -beat is the time of its last progress
+            return now - max(-beat, child.started) > self.start_allowance
         return now - beat > self.stuck_timeout
 
     def _silence(self, child: Child, now: float) -> str:
-        if float(self.heartbeats[child.kind][self._beat_index(child)]) <= 0:
-            return f"without a heartbeat {now - child.started:.0f} s after its start (--worker_start_timeout)"
+        beat = float(self.heartbeats[child.kind][self._beat_index(child)])
+        if beat <= 0:
+            since = "its start" if beat == 0 else "its last start-up progress"
+            return (
+                f"starting, without progress {now - max(-beat, child.started):.0f} s after {since} (start allowance "
+                f"{self.start_allowance:.0f} s: --worker_start_timeout x {len(self.children)} processes / "
+                f"{self.cores} cores)"
+            )
         return f"silent for over {self.stuck_timeout:g} s"
 
     def kill_all(self) -> None:

@@ -67,7 +67,9 @@ class SamplingCfg:
     sparse_reward: bool = _f(False, "pay each episode's whole return at its last step, 0 before (the sum is kept)")
     worker_stuck_timeout: float = _f(30.0, "seconds without a heartbeat before an actor worker is replaced")
     worker_start_timeout: float = _f(
-        120.0, "seconds a started actor or policy worker may take to its first heartbeat (env construction)"
+        120.0,
+        "seconds a starting actor or policy worker may go without start-up progress (imports, each env built), "
+        "times processes per core",
     )
     stall_timeout: float = _f(300.0, "seconds without any env step trained before the run stops with an error")
     max_env_errors: int = _f(10, "consecutive failures of one env (rebuilt each time) before the run fails")

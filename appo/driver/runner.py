@@ -54,12 +54,18 @@ class Driver:
         self.last_status = self.start
         self.progress = (0, self.start)  # (env steps, when they last changed)
         self.errors: list[str] = []
+        # When a stop signal came (time.monotonic()); from then on backends stop within their signal budgets.
+        self.interrupted_at: float | None = None
         self.eval_interval = evaluation_interval(cfg)
         self.next_eval = [self.eval_interval] * cfg.num_policies
         self.eval_pending = [False] * cfg.num_policies
         self.pbt = PbtController(cfg, exp_dir)
         # Message type -> what the driver does with it besides statistics (Stats.on_report takes every report).
         self.handlers = {ErrorReport: self._on_error, EvalReport: self._on_eval, HyperparamsReport: self._on_hparams}
+
+    @property
+    def interrupted(self) -> bool:
+        return self.interrupted_at is not None
 
     def on_messages(self, msgs: list[Any]) -> None:
         for msg in msgs:
@@ -264,12 +270,20 @@ def drive(cfg: Cfg, driver: Driver, backend: Any, received: list[int]) -> int:
     """The driver's loop, the same for every backend: reports in, status and requests out, until a stop
     criterion, a signal or a failure; then the backend stops every component."""
 
+    starting, before = [True], child_pids()
+    if received:  # a signal before the driver's loop (run's own handler caught it)
+        driver.interrupted_at = time.monotonic()
+
     def on_signal(signum: int, _frame: Any) -> None:
         if received:  # a second Ctrl-C: no more waiting, but no orphans either
             log.warning("second signal: killing every process now")
             backend.kill_all()
+            kill_children(before)
             os._exit(130)
         received.append(signum)
+        driver.interrupted_at = time.monotonic()
+        if starting[0]:  # a start can take long (Ray's on a slow machine): abandon it, stop what it started
+            raise StartInterrupted(signum)
 
     for s in STOP_SIGNALS:
         signal.signal(s, on_signal)
@@ -277,8 +291,15 @@ def drive(cfg: Cfg, driver: Driver, backend: Any, received: list[int]) -> int:
     watchdog = Watchdog(backend, limit=max(cfg.stall_timeout, 240.0)) if backend.uses_watchdog else None
     reason = None
     try:
-        backend.start()
-        while reason is None:
+        try:
+            if not received:  # a signal before this point: stop what there is
+                backend.start()
+            starting[0] = False
+        except (StartInterrupted, SystemExit) as exc:  # SystemExit: Ray's own SIGTERM handler, inside ray.init
+            starting[0] = False
+            received += [] if received else [signal.SIGTERM]
+            log.info("start-up interrupted (%s)", type(exc).__name__)
+        while reason is None and not received:
             if watchdog is not None:
                 watchdog.beat()
             driver.on_messages(backend.poll(0.1))
@@ -286,7 +307,7 @@ def drive(cfg: Cfg, driver: Driver, backend: Any, received: list[int]) -> int:
             driver.errors += [] if driver.errors else backend.check()
             driver.stats.restarts = backend.restarts
             reason = driver.should_stop() or (f"signal {received[0]}" if received else None)
-        log.info("stopping: %s", reason)
+        log.info("stopping: %s", reason or f"signal {received[0]}")
     finally:
         if watchdog is not None:
             watchdog.beat()  # the shutdown has its own timeouts; the watchdog stays as the last resort
@@ -296,11 +317,46 @@ def drive(cfg: Cfg, driver: Driver, backend: Any, received: list[int]) -> int:
             driver.close()
             if watchdog is not None:
                 watchdog.stop()
+            left = kill_children(before)
+            if left:
+                log.warning("killed %d process(es) still there after the stop: %s", len(left), ", ".join(left))
     for error in driver.errors:
         log.error("%s", error)
     if driver.errors:
         return 1
     return 143 if received and received[0] == signal.SIGTERM else 0
+
+
+class StartInterrupted(BaseException):
+    """Raised by the driver's signal handler while the backend is starting: the start is abandoned and the backend
+    stops what it had started (BaseException: library code that catches Exception must not swallow it)."""
+
+
+def child_pids() -> set[int]:
+    import psutil
+
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def kill_children(before: set[int] | None = None) -> list[str]:
+    """SIGKILL every process this driver started that is still alive, less those in `before` (there before the
+    run: a test's Ray cluster) and Python's resource tracker (it frees what the dead ones leaked); returns their
+    names. The last sweep of every run's end: a process a backend lost track of (a Ray node process of a start
+    cut short) does not outlive the run."""
+    import psutil
+
+    left = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.pid in (before or set()) or child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if "resource_tracker" in " ".join(child.cmdline()):
+                continue
+            left.append(f"{child.pid} {child.name()}")
+            child.kill()
+        except psutil.Error:
+            continue
+    return left
 
 
 class Watchdog:

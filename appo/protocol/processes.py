@@ -100,19 +100,27 @@ def start_process(ctx: Any, target: Callable[..., None], args: tuple, name: str)
     return process
 
 
-def stop_processes(processes: list[Any], timeout: float = 10.0) -> list[str]:
-    """Join every process within `timeout` seconds in total, then terminate (and kill) the rest.
-    Returns the names of processes that had to be forced."""
-    deadline = time.monotonic() + timeout
-    for process in processes:
+def stop_processes(
+    processes: list[Any], timeout: float = 10.0, grace: float = 1.0, deadline: Callable[[], float] | None = None
+) -> list[str]:
+    """Join every process within `timeout` seconds in total (or until `deadline()`, a time.monotonic() value asked
+    again every 0.1 s: a signal can bring it forward); then SIGTERM every one left at once (a child still starting,
+    before component_main, dies of it), and `grace` seconds later SIGKILL every one still there (a child in its
+    loop ignores SIGTERM: the driver owns it). At most timeout + grace + a little, whatever the number of
+    processes. Returns the names of processes that had to be forced."""
+    began = time.monotonic()
+    until = deadline if deadline is not None else (lambda: began + timeout)
+    while any(p.is_alive() for p in processes) and time.monotonic() < until():
+        next(p for p in processes if p.is_alive()).join(0.1)
+    left = [p for p in processes if p.is_alive()]
+    for process in left:
+        process.terminate()
+    deadline = time.monotonic() + grace
+    for process in left:
         process.join(max(deadline - time.monotonic(), 0.01))
-    forced = []
-    for process in processes:
+    for process in left:
         if process.is_alive():
-            forced.append(process.name)
-            process.terminate()
-            process.join(2.0)
-            if process.is_alive():
-                process.kill()
-                process.join(2.0)
-    return forced
+            process.kill()
+    for process in left:
+        process.join(2.0)
+    return [p.name for p in left]

@@ -49,9 +49,10 @@ class ActorWorker:
         self.cfg, self.worker_idx = cfg, worker_idx
         self.inference = {w.policy_id: w for w in inference or []}
         self.pending: list[InferenceRequest] = []  # requests to answer here at the next act_locally
-        env_fn = partial(make_run_env, cfg)
         views = numpy_views(buffers)
         self.control = numpy_views(control) if control is not None else None
+        self.starting()  # imported and running: a sign of life for the supervisor
+        env_fn = partial(self._build_env, cfg)
         self.runners = [
             EnvRunner(cfg, derived, worker_idx, split, views, env_fn, self.control, incarnation)
             for split in range(cfg.worker_num_splits)
@@ -60,6 +61,16 @@ class ActorWorker:
         self.last_report = time.monotonic()
         self.last_stepping = 0.0
         self.handlers = {ActionsReady: self._on_actions, SlotsReleased: self._on_slots_released}
+
+    def starting(self) -> None:
+        """Start-up progress for the supervisor (appo/backends/supervision.py): the heartbeat, negative."""
+        if self.control is not None:
+            self.control["heartbeats"][self.worker_idx] = -time.time()
+
+    def _build_env(self, cfg: Cfg, env_idx: int) -> Any:
+        env = make_run_env(cfg, env_idx)
+        self.starting()
+        return env
 
     def init(self) -> list[Any]:
         msgs: list[Any] = []

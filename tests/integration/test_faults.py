@@ -179,8 +179,9 @@ def test_env_failing_every_step_fails_the_run_clearly(train_dir):
     [
         # Hangs in step after 200 steps: the heartbeat goes stale.
         ("HangOnceEnv", "--worker_stuck_timeout=4", r"silent for over 4 s", 22),
-        # Hangs while an actor builds it: no first heartbeat ever.
-        ("HangAtStartOnceEnv", "--worker_start_timeout=15", r"without a heartbeat \d+ s after its start \S+", 28),
+        # Hangs while an actor builds it: no start-up progress after its imports (the start allowance is
+        # --worker_start_timeout x 3 processes / 2 cores here: 15 s).
+        ("HangAtStartOnceEnv", "--worker_start_timeout=10", r"starting, without progress \d+ s after its .+", 28),
     ],
     ids=["in_step", "at_start"],
 )
@@ -193,6 +194,21 @@ def test_hanging_env_worker_is_replaced(train_dir, tmp_path, env, timeout_flag, 
     assert flag.exists()
     text = (train_dir / "hang" / "log.txt").read_text()
     assert re.search(rf"actor_worker_\d {replaced}: starting it again", text), text[-2000:]
+
+
+def test_a_slow_start_is_not_a_hang(train_dir):
+    """Issue 34: on a slow machine no actor worker of the design card's command sent a first heartbeat within
+    --worker_start_timeout, so all were restarted, again and again, and the run trained nothing. Workers whose envs
+    take 4 s each to build (16 s for 4) against --worker_start_timeout=8 (an allowance of 12 s between signs of
+    progress here: 3 processes on 2 cores): progress during the start keeps them; the run trains, nothing is
+    restarted."""
+    args = ["--env=tests.support.faulty_envs:SlowStartEnv", *FAST[1:], f"--train_dir={train_dir}", "--experiment=slow"]
+    proc = start([*args, "--worker_start_timeout=8", "--train_for_env_steps=3000"], env={"APPO_TEST_SLOW_ENV": "4"})
+    out = finish(proc, timeout=150)
+    assert proc.returncode == 0, out[-3000:]
+    text = (train_dir / "slow" / "log.txt").read_text()
+    assert "starting it again" not in text, text[-3000:]
+    assert list((train_dir / "slow" / "checkpoint_p0").glob("*.pth")), text[-3000:]
 
 
 def test_sigterm_saves_and_exits_143(train_dir):

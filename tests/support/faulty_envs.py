@@ -78,6 +78,18 @@ class HangAtStartOnceEnv(_Base):
                 time.sleep(1)
 
 
+class SlowStartEnv(_Base):
+    """Takes $APPO_TEST_SLOW_ENV seconds (default 1.5) to build in an actor worker: a slow machine, or a heavy
+    simulator. A worker building several is slow to start, not hung."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import multiprocessing
+
+        if multiprocessing.current_process().name.startswith("actor_worker"):
+            time.sleep(float(os.environ.get("APPO_TEST_SLOW_ENV", "1.5")))
+
+
 class NanRewardEnv(_Base):
     """Pays NaN rewards: every update's loss is NaN."""
 
