@@ -241,13 +241,14 @@ def make_cfg(overrides: dict[str, Any], cls: type = Cfg) -> Cfg:
 
 def merge_cfg(explicit: dict[str, Any], saved: dict[str, Any] | None, cls: type = Cfg) -> Cfg:
     """Apply the precedence order: defaults < env preset < the algorithm's defaults < saved cfg.json < explicit
-    flags. Presets are tuned for PPO; an algorithm's own defaults of shared flags (SAC's --batch_size=256) win."""
+    flags. Presets are tuned for PPO: another algorithm takes only their task settings (envs/presets.py TASK_KEYS),
+    then its own defaults of shared flags (SAC's --batch_size=256)."""
     from envs.presets import env_preset  # envs/ knows its envs; cfg does not
 
     env_name = explicit.get("env") or (saved or {}).get("env") or Cfg.env
     algo = explicit.get("algo") or (saved or {}).get("algo") or Cfg.algo
     values: dict[str, Any] = {}
-    values.update(env_preset(env_name))
+    values.update(env_preset(env_name, algo))
     values.update(algorithm_defaults(algo))
     if saved:
         names = {f.name for f in fields(cls)}

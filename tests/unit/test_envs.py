@@ -302,3 +302,16 @@ def test_a_registered_env_whose_package_is_missing_says_so():
     with pytest.raises(UnknownEnvError) as raised:
         make_env("AppoMissingDependency-v0")
     assert str(raised.value) == "--env=AppoMissingDependency-v0: Box2D is not installed, run `pip install box2d`"
+
+
+def test_presets_are_ppos_and_other_algorithms_take_only_the_task_settings():
+    """Issue 34: SAC took PPO's Pendulum preset (gamma 0.95; rl-zoo's SAC uses 0.99)."""
+    from appo.config.cfg import merge_cfg
+    from envs.presets import TASK_KEYS, env_preset
+
+    assert merge_cfg({"env": "Pendulum-v1"}, None).gamma == 0.95  # PPO's preset
+    sac = merge_cfg({"env": "Pendulum-v1", "algo": "sac"}, None)
+    assert sac.gamma == 0.99 and sac.lr_schedule == "constant"
+    assert env_preset("Pendulum-v1", "sac") == {} and env_preset("HalfCheetah-v5", "udrl") == {}
+    ant = env_preset("ant_dir", "sac")
+    assert ant and set(ant) <= TASK_KEYS and ant == {k: v for k, v in env_preset("ant_dir").items() if k in TASK_KEYS}
