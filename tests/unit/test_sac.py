@@ -320,3 +320,32 @@ def test_sac_defaults_sit_above_presets_and_below_flags():
     assert merge_cfg({"algo": "sac", "batch_size": 512}, None).batch_size == 512
     assert merge_cfg({"env": "HalfCheetah-v5"}, None).batch_size == 1024  # PPO keeps its preset
     assert math.isclose(merge_cfg({"algo": "sac", "train_for_env_steps": 6000}, None).train_for_env_steps, 6000)
+
+
+class SkipsTheActorStep(NonFiniteGuard):
+    """A guard that finds every step of the actor's optimizer non-finite: what the real guard does when the
+    actor's loss or gradient is NaN while the critics' are fine."""
+
+    actor_optimizer = None
+
+    def step(self, loss, params, optimizer, max_norm):
+        if optimizer is self.actor_optimizer:
+            optimizer.zero_grad(set_to_none=True)
+            self.skipped += 1
+            return float("nan")
+        return super().step(loss, params, optimizer, max_norm)
+
+
+def test_a_skipped_actor_step_still_counts_the_critic_step_and_moves_its_targets():
+    """Issue 34: when the actor's step was non-finite, the critic step that had happened was neither counted nor
+    followed by the Polyak update of its targets."""
+    cfg = sac_cfg(learning_starts=0, updates_per_env_step=0.25, batch_size=32)
+    sac = SAC(cfg, derive(cfg), make_model(cfg, OBS, BOX), "cpu", SkipsTheActorStep(0))
+    sac.guard.actor_optimizer = sac.actor_optimizer
+    actor_before = [p.detach().clone() for p in sac.actor.parameters()]
+    target_before = [p.detach().clone() for p in sac.critic_target.parameters()]
+    stats = sac.update(_batch(2), 128)  # 32 updates owed
+    assert sac.updates == 32 and sac.guard.skipped == 32
+    assert all(torch.equal(a, b) for a, b in zip(actor_before, sac.actor.parameters(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(target_before, sac.critic_target.parameters(), strict=True))
+    assert "q_loss" in stats and "actor_loss" not in stats and math.isfinite(stats["q_loss"])

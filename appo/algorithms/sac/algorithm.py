@@ -126,17 +126,17 @@ class SAC(Algorithm):
             self.env_steps += len(rows["rewards"])
         owed = self.updates_owed()
         sums: dict[str, float] = {}
-        done = 0
+        counts: dict[str, int] = {}
         for _ in range(owed if self.replay.size >= self.cfg.batch_size else 0):
             step_stats = self.step(self.replay.sample(self.cfg.batch_size))
-            if step_stats is None:  # a non-finite loss: the guard skipped it (and counted)
+            if step_stats is None:  # a non-finite critic loss: the guard skipped it (and counted)
                 continue
             for key, value in step_stats.items():
                 sums[key] = sums.get(key, 0.0) + value
-            done += 1
+                counts[key] = counts.get(key, 0) + 1
             if self.updates % self.cfg.publish_every_updates == 0:
                 self.publish()
-        stats = {key: value / done for key, value in sums.items()}
+        stats = {key: value / counts[key] for key, value in sums.items()}
         return stats | self._rates()
 
     def updates_owed(self) -> int:
@@ -157,7 +157,9 @@ class SAC(Algorithm):
         return stats
 
     def step(self, b: dict[str, Tensor]) -> dict[str, float] | None:
-        """One SAC update on a sampled minibatch: critics, actor, temperature, then the targets."""
+        """One SAC update on a sampled minibatch: critics, actor, temperature, then the targets. None when the
+        critic step was skipped (non-finite); an update otherwise, even when the actor's step was skipped: the
+        critics moved, so their targets follow and the update counts (the temperature waits for a good actor)."""
         cfg, actor, critic = self.cfg, self.actor, self.critic
         alpha = self.log_alpha.detach().exp()
         # --- critics: soft Bellman target from the target critics, no bootstrap past a termination
@@ -174,21 +176,21 @@ class SAC(Algorithm):
         a, log_prob = actor.sample(b["obs"])
         actor_loss = (alpha * log_prob - critic(b["obs"], a).min(dim=0).values).mean()
         critic.requires_grad_(True)
-        if self._bad(self.guard.step(actor_loss, list(actor.parameters()), self.actor_optimizer, cfg.max_grad_norm)):
-            return None
-        # --- temperature toward the target entropy
-        a_loss = alpha_loss(self.log_alpha, log_prob, self.target_entropy)
-        self.guard.step(a_loss, [self.log_alpha], self.alpha_optimizer, 0.0)
+        stats = {"q1": float(q[0].detach().mean()), "q_loss": float(q_loss.detach())}
+        actor_step = self.guard.step(actor_loss, list(actor.parameters()), self.actor_optimizer, cfg.max_grad_norm)
+        if not self._bad(actor_step):
+            # --- temperature toward the target entropy
+            a_loss = alpha_loss(self.log_alpha, log_prob, self.target_entropy)
+            self.guard.step(a_loss, [self.log_alpha], self.alpha_optimizer, 0.0)
+            stats |= {
+                "actor_loss": float(actor_loss.detach()),
+                "alpha_loss": float(a_loss.detach()),
+                "entropy": float(-log_prob.detach().mean()),
+            }
         polyak_update(list(self.critic_target.parameters()), list(critic.parameters()), cfg.tau)
         self.updates += 1
         actor.updates.fill_(self.updates)
-        return {
-            "q1": float(q[0].detach().mean()),
-            "q_loss": float(q_loss.detach()),
-            "actor_loss": float(actor_loss.detach()),
-            "alpha_loss": float(a_loss.detach()),
-            "entropy": float(-log_prob.detach().mean()),
-        }
+        return stats
 
     @staticmethod
     def _bad(grad_norm: float) -> bool:
