@@ -349,3 +349,20 @@ def test_a_skipped_actor_step_still_counts_the_critic_step_and_moves_its_targets
     assert all(torch.equal(a, b) for a, b in zip(actor_before, sac.actor.parameters(), strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(target_before, sac.critic_target.parameters(), strict=True))
     assert "q_loss" in stats and "actor_loss" not in stats and math.isfinite(stats["q_loss"])
+
+
+def test_a_step_whose_env_raised_is_not_a_transition():
+    """Issue 34: the env runner cuts an episode whose env raised; the replay stored (s, a, 0, s, not terminal) for
+    that step, a transition that never happened. The runner marks it (final_obs NaN) and it is left out."""
+    batch = {
+        "obs": torch.arange(8, dtype=torch.float32).reshape(2, 4, 1),
+        "actions": torch.zeros(2, 3, 1),
+        "rewards": torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 1.0]]),
+        "dones": torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),
+        "truncated": torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),
+        "final_obs": torch.zeros(2, 3, 1),
+    }
+    batch["final_obs"][0, 1] = float("nan")  # env 0's step t=1 raised
+    rows = transitions(batch)
+    assert rows["obs"][:, 0].tolist() == [0, 2, 4, 5, 6] and rows["next_obs"][:, 0].tolist() == [1, 3, 5, 6, 7]
+    assert len(rows["rewards"]) == len(rows["terminated"]) == len(rows["actions"]) == 5

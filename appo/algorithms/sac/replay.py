@@ -24,20 +24,24 @@ def transitions(batch: dict[str, Tensor]) -> dict[str, Tensor]:
 
     The next observation of step t is obs[t + 1], except where the episode ended at t: the actor replaced obs[t + 1]
     by the next episode's first observation, and the observation the env returned is in final_obs[t]. An episode
-    ended by a time limit (`truncated`) is not terminated: the critic bootstraps from its final observation."""
+    ended by a time limit (`truncated`) is not terminated: the critic bootstraps from its final observation. A step
+    whose env raised has no successor (final_obs NaN, appo/sampling/split_envs.py): it is left out, not stored as a
+    made-up transition."""
     T = batch["rewards"].shape[1]
     obs = batch["obs"]
     ended = batch["dones"].bool().reshape(*batch["dones"].shape, *([1] * (obs.dim() - 2)))
     next_obs = torch.where(ended, batch["final_obs"], obs[:, 1 : T + 1])
     terminated = batch["dones"] * (1.0 - batch["truncated"])
     flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731 - [N, T, ...] -> [N * T, ...]
-    return {
+    rows = {
         "obs": flat(obs[:, :T]),
         "actions": flat(batch["actions"]),
         "rewards": flat(batch["rewards"]),
         "next_obs": flat(next_obs),
         "terminated": flat(terminated),
     }
+    happened = ~torch.isnan(rows["next_obs"].reshape(len(rows["next_obs"]), -1)).any(dim=1)
+    return rows if bool(happened.all()) else {k: v[happened] for k, v in rows.items()}
 
 
 class Replay:
