@@ -31,6 +31,7 @@ ARGS = [
     "--num_workers=1",
     "--num_envs_per_worker=8",
     "--report_interval=10",
+    "--max_command_return=320",  # LunarLander's scale (the default was this cap until issue 34; now none)
 ]
 
 

@@ -44,6 +44,15 @@ from appo.sampling.split_envs import SplitEnvs
 from envs import make_task_assigner, run_tasks
 from envs.schedules import TaskAssigner
 
+# An episode's id (the `episode_ids` field): its env's global index, the incarnation of the actor worker that ran
+# it (a restarted worker counts its episodes from 0 again: without it a new episode would take a dead worker's id,
+# and UDRL/RCP would splice their steps), and the env's episode count, in bits 40+, 24-39 and 0-23.
+EPISODE_ENV_SHIFT, EPISODE_INCARNATION_SHIFT = 40, 24
+
+
+def episode_ids(envs: np.ndarray, incarnation: int, counts: np.ndarray) -> np.ndarray:
+    return (envs << EPISODE_ENV_SHIFT) | ((incarnation & 0xFFFF) << EPISODE_INCARNATION_SHIFT) | (counts & 0xFFFFFF)
+
 
 class EnvRunner(SplitEnvs):
     def __init__(
@@ -337,7 +346,9 @@ class EnvRunner(SplitEnvs):
             return self.env_task
         if name == "weight_sets":
             return self.env_weights
-        return ((self.first_env + np.arange(self.num_envs, dtype=np.int64)) << 32) | self.episode_count
+        return episode_ids(
+            self.first_env + np.arange(self.num_envs, dtype=np.int64), self.incarnation, self.episode_count
+        )
 
     def pop_finished(self) -> list[tuple[float, int, dict | None, int]]:
         finished, self.finished = self.finished, []

@@ -12,12 +12,13 @@ import pytest
 import torch
 
 from appo.algorithms.base import NonFiniteGuard
-from appo.algorithms.reward_conditioned.udrl import UDRL, BestEpisodes, exploration_command, relabel
+from appo.algorithms.reward_conditioned.udrl import UDRL, BestEpisodes, exploration_command, relabel, stitch
 from appo.config.cfg import make_cfg
 from appo.config.derive import derive
 from appo.config.verify import verify
 from appo.models.registry import make_model
 from appo.protocol.buffers import allocate_control
+from appo.sampling.env_runner import episode_ids
 from envs import make_run_env
 from envs.reward_conditioning import CommandObservation, SparseReward
 from tests.support.chain_env import ChainEnv
@@ -159,7 +160,11 @@ def chain_batch(rights: list[list[int]], episode_base: int = 0, command=(5.0, 10
         "actions": actions,
         "rewards": rewards,
         "dones": dones,
-        "episode_ids": (episode_base + torch.arange(N)).unsqueeze(1).expand(N, 10).clone(),
+        # Row n: env n's episode number `episode_base`, as an actor worker numbers them
+        "episode_ids": torch.from_numpy(episode_ids(np.arange(N), 0, np.full(N, episode_base)))
+        .unsqueeze(1)
+        .expand(N, 10)
+        .clone(),
     }
 
 
@@ -264,4 +269,23 @@ def test_bad_flags_are_one_line_naming_the_flag(overrides, flag):
 
 def test_a_negative_command_cap_is_valid():
     assert verify(udrl_cfg(max_command_return=-50.0)) == []  # envs with negative returns (Pendulum)
-    assert any(e.startswith("--max_command_return") for e in verify(udrl_cfg(max_command_return=math.inf)))
+    assert verify(udrl_cfg(max_command_return=math.inf)) == []  # the default: no cap (CartPole asks for 500)
+    assert any(e.startswith("--max_command_return") for e in verify(udrl_cfg(max_command_return=math.nan)))
+
+
+def test_a_restarted_workers_episode_is_not_spliced_onto_the_dead_workers():
+    """Issue 34: a restarted actor worker numbered its episodes from 0 again, so its first episode on an env took
+    the id of the dead worker's unfinished one there: stitch joined the two, and the dead one's steps were never
+    freed otherwise. Ids carry the worker's incarnation, and an env's new episode ends the wait of its older one."""
+    whole = chain_batch([[1] * 10])
+    first_half = {k: (v[:, :6] if k == "obs" else v[:, :5]) for k, v in whole.items()}
+    first_half["dones"] = torch.zeros(1, 5)
+    partial: dict = {}
+    assert stitch(first_half, 2, partial) == [] and len(partial) == 1  # the worker dies here, mid-episode
+    restarted = chain_batch([[0] * 10])  # the new incarnation's first episode on the same env
+    restarted["episode_ids"] = torch.from_numpy(episode_ids(np.zeros(1, np.int64), 1, np.zeros(1, np.int64)))
+    restarted["episode_ids"] = restarted["episode_ids"].unsqueeze(1).expand(1, 10).clone()
+    assert int(restarted["episode_ids"][0, 0]) != int(whole["episode_ids"][0, 0])
+    (states, actions, rewards), *more = stitch(restarted, 2, partial)
+    assert not more and len(rewards) == 10 and float(rewards.sum()) == 0.0  # its own 10 steps, nothing spliced
+    assert partial == {}  # the dead worker's 5 steps are gone

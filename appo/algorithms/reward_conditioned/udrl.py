@@ -36,6 +36,7 @@ from appo.config.derive import Derived
 from appo.models.command_policy import CommandPolicy  # registers the model kind
 from appo.models.device import to_device, to_host
 from appo.protocol.control import set_commands
+from appo.sampling.env_runner import EPISODE_ENV_SHIFT
 from appo.sampling.evaluator import run_episode
 from utils.logging import log
 
@@ -62,7 +63,9 @@ def stitch(
 ) -> list[tuple[Tensor, Tensor, Tensor]]:
     """The episodes that end in `batch` (trajectories [N, T] as actor workers write them), each whole: (states
     [L, state_dims] without the command the actors appended, actions [L, ...], rewards [L]). Steps of episodes
-    still running wait in `partial` (episode id -> chunks), keyed by the `episode_ids` field."""
+    still running wait in `partial` (episode id -> chunks), keyed by the `episode_ids` field. An env runs one episode
+    at a time: a new episode of an env ends the wait of any older one of the same env (its worker died, or its
+    trajectory was dropped), so `partial` holds at most one episode per env."""
     host = to_host({k: batch[k] for k in ("obs", "actions", "rewards", "dones", "episode_ids")})
     obs, actions, rewards, dones, ids = host.values()
     N, T = rewards.shape
@@ -72,6 +75,10 @@ def stitch(
         start = 0
         for end in ends if ends and ends[-1] == T else [*ends, T]:
             episode = int(ids[n, start])
+            if episode not in partial:
+                env = episode >> EPISODE_ENV_SHIFT
+                for stale in [k for k in partial if k >> EPISODE_ENV_SHIFT == env]:
+                    del partial[stale]
             chunk = (
                 obs[n, start:end, :state_dims].clone(),
                 actions[n, start:end].clone(),

@@ -30,7 +30,9 @@ class UdrlCfg:
         "step", "UDRL: training samples drawn uniformly over all steps (step) or over episodes then steps (episode)"
     )
     udrl_last_few: int = flag(75, "UDRL: best episodes the exploration command is computed from")
-    max_command_return: float = flag(320.0, "UDRL: cap of the exploration command's desired return")
+    max_command_return: float = flag(
+        math.inf, "UDRL (and RCP-R's followed command): cap of the desired return; inf: none (LunarLander: 320)"
+    )
     udrl_warmup_episodes: int = flag(50, "UDRL/RCP: episodes of uniform random actions before the first update")
     udrl_episodes_per_iteration: int = flag(20, "UDRL/RCP: new episodes per iteration (updates + a new command)")
     udrl_updates_per_iteration: int = flag(100, "UDRL: gradient updates per iteration (--batch_size samples each)")
@@ -65,8 +67,8 @@ def verify_udrl(c: Any) -> list[str]:
         for name in ("udrl_buffer_episodes", "udrl_last_few", "udrl_updates_per_iteration")
         if getattr(c, name) <= 0
     ]
-    if not math.isfinite(c.max_command_return):
-        errors.append(f"--max_command_return={c.max_command_return}: must be a finite number (any sign)")
+    if math.isnan(c.max_command_return) or c.max_command_return == -math.inf:
+        errors.append(f"--max_command_return={c.max_command_return}: must be a number (any sign) or inf (no cap)")
     if c.udrl_sample_unit not in ("episode", "step"):
         errors.append(f"--udrl_sample_unit={c.udrl_sample_unit}: must be episode or step")
     if c.udrl_last_few > c.udrl_buffer_episodes:
