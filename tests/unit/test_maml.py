@@ -320,3 +320,22 @@ def test_hvp_helpers_equal_the_learners_bit_for_bit() -> None:
     for rows in ((0, 2), (1,)):  # two helpers' shares
         helper.on_hvp(HvpRequest(0, 1, rows))
     assert torch.equal(mean_in_order(buffers.hvp_out[:K].clone()), expected)
+
+
+def test_a_baseline_that_cannot_be_fitted_is_zero_and_said_in_the_log():
+    """Issue 34: after five failed solves the linear baseline returned zero weights silently."""
+    import logging
+
+    from appo.algorithms.maml.algorithm import fit_linear_baseline
+    from utils.logging import log
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    log.addHandler(handler)
+    try:
+        w = fit_linear_baseline(torch.full((2, 3, 4), float("nan")), torch.ones(2, 3))
+    finally:
+        log.removeHandler(handler)
+    assert torch.equal(w, torch.zeros(4))
+    assert any("linear baseline could not be fitted" in r.getMessage() for r in records)

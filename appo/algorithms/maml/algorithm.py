@@ -32,6 +32,7 @@ from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.common.trpo import line_search, step_direction
 from appo.models.distributions import gaussian_log_prob
 from appo.models.gaussian_mlp import MamlPolicy, make_policy  # noqa: F401 - the algorithm's model
+from utils.logging import log
 
 Params = dict[str, Tensor]
 
@@ -110,7 +111,9 @@ def baseline_features(obs: Tensor, mask: Tensor) -> Tensor:
 
 def fit_linear_baseline(features: Tensor, returns: Tensor, reg: float = 1e-5) -> Tensor:
     """Ridge-regression weights [F] of returns on features (over all steps; padding has zero features and
-    returns). The regulariser grows tenfold while the solve fails or is not finite (as rllab's)."""
+    returns). The regulariser grows tenfold while the solve fails or is not finite (as rllab's). After five
+    failures the weights are zero (the baseline predicts 0: advantages are the plain returns' GAE), said in the log
+    (the reference raises; a run keeps going)."""
     X = features.reshape(-1, features.shape[-1]).double()
     y = returns.reshape(-1).double()
     XtX, Xty = X.T @ X, X.T @ y
@@ -123,6 +126,13 @@ def fit_linear_baseline(features: Tensor, returns: Tensor, reg: float = 1e-5) ->
         except RuntimeError:  # singular
             pass
         reg *= 10
+    log.warning(
+        "MAML: the linear baseline could not be fitted (regulariser up to %g, features %s finite: %s); "
+        "this batch's baseline is zero",
+        reg / 10,
+        tuple(X.shape),
+        bool(torch.isfinite(X).all()),
+    )
     return torch.zeros(X.shape[1], dtype=features.dtype)
 
 
