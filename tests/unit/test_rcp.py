@@ -188,3 +188,53 @@ def test_acting_conditions_each_step_on_the_target_training_labels_it_with(algo,
         assert commands[-1] == pytest.approx(last, rel=1e-5) and labels[0] > 5
     else:
         assert commands == [commands[0]] * len(commands)
+
+
+def slow_return_to_go(rewards: list[float], gamma: float) -> list[float]:
+    """Z_t = sum_{k >= t} gamma^(k - t) r_k, by the definition (Kumar et al. 2019, section 4.1), a double loop."""
+    return [sum(gamma ** (k - t) * rewards[k] for k in range(t, len(rewards))) for t in range(len(rewards))]
+
+
+def slow_lambda_returns(rewards: list[float], values: list[float], gamma: float, lam: float) -> list[float]:
+    """TD(lambda) returns by their definition: a weighted sum of every n-step return, the episode ending terminal
+    (G^lambda_t = (1 - lambda) sum_{n >= 1} lambda^(n-1) G^(n)_t, the remaining weight on the full return)."""
+    L = len(rewards)
+    out = []
+    for t in range(L):
+        n_step = []
+        for n in range(1, L - t + 1):
+            g = sum(gamma**i * rewards[t + i] for i in range(n))
+            if t + n < L:
+                g += gamma**n * values[t + n]
+            n_step.append(g)
+        total = sum((1 - lam) * lam ** (n - 1) * n_step[n - 1] for n in range(1, L - t))
+        out.append(total + lam ** (L - t - 1) * n_step[-1])
+    return out
+
+
+@pytest.mark.parametrize(("algo", "condition"), [("rcp_r", "step"), ("rcp_r", "episode"), ("rcp_a", "episode")])
+def test_targets_of_ragged_episodes_against_slow_loops_from_the_paper(algo, condition):
+    """RCP's targets from the definitions, on episodes of different lengths: RCP-R the discounted return-to-go of
+    each step (or, --rcp_condition=episode, its episode's whole discounted return), RCP-A the TD(lambda) return
+    less V(s) with the algorithm's own value net."""
+    torch.manual_seed(4)
+    rcp = make_rcp(algo, gamma=0.9, rcp_lambda=0.7, rcp_condition=condition)
+    rng = np.random.default_rng(4)
+    episodes = []
+    for length in (1, 4, 9):
+        rewards = rng.normal(size=length).round(2).tolist()
+        states = torch.tensor(rng.normal(size=(length, 2)), dtype=torch.float32)
+        rcp.replay.add(states, torch.zeros(length, 1, dtype=torch.int64), torch.tensor(rewards))
+        episodes.append((states, rewards))
+    data = rcp.targets()
+    expected = []
+    for states, rewards in episodes:
+        if algo == "rcp_a":
+            with torch.no_grad():
+                values = rcp.value(states).squeeze(-1).tolist()
+            returns = slow_lambda_returns(rewards, values, 0.9, 0.7)
+            expected += [g - v for g, v in zip(returns, values, strict=True)]
+        else:
+            z = slow_return_to_go(rewards, 0.9)
+            expected += z if condition == "step" else [z[0]] * len(z)
+    np.testing.assert_allclose(data["targets"].double().numpy(), expected, rtol=1e-5, atol=1e-5)

@@ -289,3 +289,14 @@ def test_a_restarted_workers_episode_is_not_spliced_onto_the_dead_workers():
     (states, actions, rewards), *more = stitch(restarted, 2, partial)
     assert not more and len(rewards) == 10 and float(rewards.sum()) == 0.0  # its own 10 steps, nothing spliced
     assert partial == {}  # the dead worker's 5 steps are gone
+
+
+def test_relabelling_ragged_episodes_against_a_slow_loop_from_the_paper():
+    """UDRL's hindsight commands (Srivastava et al. 2019, algorithm 2): step t of an episode of length L is labelled
+    with the return it went on to get, sum_{k >= t} r_k, and the steps it had left, L - t."""
+    rng = np.random.default_rng(5)
+    for length in (1, 3, 17):
+        rewards = rng.normal(size=length).round(2)
+        rtg, horizon = relabel(torch.tensor(rewards, dtype=torch.float64))
+        assert rtg.tolist() == pytest.approx([sum(rewards[t:]) for t in range(length)])
+        assert horizon.tolist() == [float(length - t) for t in range(length)]
