@@ -98,7 +98,9 @@ class LearningCfg:
     learner_world_size: int = _f(1, "data-parallel learner processes per policy (DDP; gloo on CPU, nccl on GPUs)")
     learner_devices: str = _f("", "device of each learner rank, comma-separated (cuda:0,cuda:0); empty: one each")
     learner_threads: int = _f(
-        1, "torch threads of each learner process; more only where the learner is the bottleneck and cores idle (SAC)"
+        1,
+        "torch threads of each learner process; 0: the cores the run leaves free, 1 to 4 (SAC's default: its learner "
+        "is its bottleneck)",
     )
 
 

@@ -79,6 +79,20 @@ def learner_devices(cfg: Cfg) -> list[str]:
     return [device] * size
 
 
+def learner_threads(cfg: Cfg, cores: int | None = None) -> int:
+    """--learner_threads, or with 0 the cores the run leaves free: the machine's (or `cores`) less one per actor
+    worker and per other learner process, at least 1 and at most 4. On 2 cores with SAC's 2 actor workers: 1 (a
+    second thread made the learner slower there: docs/benchmarks.md, session 21); on 16 cores: 4."""
+    if cfg.learner_threads > 0:
+        return cfg.learner_threads
+    import os
+
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    busy = cfg.num_workers + cfg.num_policies * cfg.learner_world_size - 1
+    return max(1, min(4, cores - busy))
+
+
 def resolve_device(cfg: Cfg) -> str:
     if cfg.device != "auto":
         return cfg.device

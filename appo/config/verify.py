@@ -107,8 +107,8 @@ def verify_learner_ranks(cfg: Cfg, d: Derived) -> list[str]:
     if size < 1:
         return [f"{flag}: must be >= 1"]
     errors = []
-    if cfg.learner_threads < 1:
-        errors.append(f"--learner_threads={cfg.learner_threads}: must be >= 1")
+    if cfg.learner_threads < 0:
+        errors.append(f"--learner_threads={cfg.learner_threads}: must be >= 1, or 0 (the cores the run leaves free)")
     if size > 1 and cfg.serial_mode:
         errors.append(f"{flag}: --serial_mode runs one learner in the driver process; use 1")
     if size > 1 and cfg.algo in ALGORITHMS:

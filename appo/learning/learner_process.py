@@ -19,7 +19,7 @@ import gymnasium as gym
 import torch
 
 from appo.config.cfg import Cfg
-from appo.config.derive import Derived
+from appo.config.derive import Derived, learner_threads
 from appo.learning.batcher import Batch
 from appo.learning.distributed import RankLink, join_group, leave_group
 from appo.learning.learner import Learner
@@ -50,7 +50,7 @@ class TrainerThread:
         # its copies never start an OpenMP pool): with a second pool in the process, libgomp counts more threads
         # than cores on a small machine and stops spinning between parallel regions, and two threads then trained
         # SAC slower than one (74 against 83 updates/s; one pool: 134).
-        torch.set_num_threads(learner.cfg.learner_threads)
+        torch.set_num_threads(learner_threads(learner.cfg))
         try:
             while True:
                 try:

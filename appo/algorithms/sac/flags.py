@@ -53,7 +53,7 @@ SAC_DEFAULTS = {
     "num_envs_per_worker": 1,
     "worker_num_splits": 1,
     "num_minibatches_to_accumulate": 1,
-    "learner_threads": 2,
+    "learner_threads": 0,  # the cores the run leaves free (appo/config/derive.py learner_threads)
 }
 
 # SAC refuses --with_pbt (verify_sac), so there is nothing for PBT to perturb.
