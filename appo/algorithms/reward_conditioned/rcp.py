@@ -171,17 +171,20 @@ class RCP(Algorithm):
 
     def targets(self) -> dict[str, Tensor]:
         """Every step of the replay with its target (and, RCP-A, its TD(lambda) value target); `starts`: the
-        targets of the episodes' first steps."""
+        targets of the episodes' first steps; `weight_targets`: what the exponential weights are computed from (the
+        targets, or with --rcp_weight_by=return_to_go each step's own discounted return-to-go)."""
         episodes = list(self.replay.episodes)
         states = torch.cat([e[0] for e in episodes])
         out = {"states": states, "actions": torch.cat([e[1] for e in episodes])}
         gamma = self.cfg.gamma
         if self.value is None:
-            per_episode = [return_to_go(e[2], gamma) for e in episodes]
+            to_go = [return_to_go(e[2], gamma) for e in episodes]
+            per_episode = to_go
             if self.cfg.rcp_condition == "episode":  # every step: its episode's discounted return
-                per_episode = [z[:1].expand(len(z)) for z in per_episode]
+                per_episode = [z[:1].expand(len(z)) for z in to_go]
             out["targets"] = torch.cat(per_episode)
             out["starts"] = torch.stack([z[0] for z in per_episode])
+            out["weight_targets"] = torch.cat(to_go) if self.cfg.rcp_weight_by == "return_to_go" else out["targets"]
             return out
         with torch.no_grad():
             values = to_host(self.value(to_device(states, self.device)).squeeze(-1))
@@ -194,14 +197,14 @@ class RCP(Algorithm):
         )
         out["value_targets"] = returns
         out["targets"] = returns - values
-        out["starts"] = out["targets"]
+        out["starts"] = out["weight_targets"] = out["targets"]
         return out
 
     def iteration(self) -> dict[str, float]:
         """Weighted likelihood (and, RCP-A, value) updates on the replay, then the next rollout targets."""
         cfg, model = self.cfg, self.model
         data = self.targets()
-        weights = exponential_weights(data["targets"], cfg.rcp_beta, cfg.rcp_max_weight)
+        weights = exponential_weights(data["weight_targets"], cfg.rcp_beta, cfg.rcp_max_weight)
         commands = (data["targets"] * cfg.command_scale[0]).unsqueeze(-1)
         inputs = to_device(torch.cat([data["states"], commands], dim=-1), self.device)
         actions = to_device(data["actions"].reshape(len(inputs), -1), self.device)

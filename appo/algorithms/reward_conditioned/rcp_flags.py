@@ -22,6 +22,11 @@ class RcpCfg:
     rcp_max_weight: float = flag(20.0, "RCP: cap of the exponential weights")
     rcp_lambda: float = flag(0.95, "RCP-A: lambda of the TD(lambda) targets of the value function")
     rcp_value_layers: list[int] = flag([64, 64], "RCP-A: hidden sizes of the value function (relu)")
+    rcp_weight_by: str = flag(
+        "target",
+        "RCP-R: what the exponential weights are computed from: target (the conditioning target, as the paper's "
+        "objective) or return_to_go (each step's own discounted return-to-go, whatever it is conditioned on)",
+    )
     rcp_condition: str = flag(
         "episode",
         "RCP-R: the target of a step, which acting conditions on too: episode (its episode's discounted return; the "
@@ -60,6 +65,8 @@ def verify_rcp(c: Any) -> list[str]:
     ]
     if not 0.0 <= c.rcp_lambda <= 1.0:
         errors.append(f"--rcp_lambda={c.rcp_lambda}: must be in [0, 1]")
+    if c.rcp_weight_by not in ("target", "return_to_go"):
+        errors.append(f"--rcp_weight_by={c.rcp_weight_by}: must be target or return_to_go")
     if c.rcp_condition not in ("episode", "step"):
         errors.append(f"--rcp_condition={c.rcp_condition}: must be episode or step")
     if not c.rcp_value_layers or min(c.rcp_value_layers) <= 0:
