@@ -227,8 +227,9 @@ def test_targets_of_ragged_episodes_against_slow_loops_from_the_paper(algo, cond
         rcp.replay.add(states, torch.zeros(length, 1, dtype=torch.int64), torch.tensor(rewards))
         episodes.append((states, rewards))
     data = rcp.targets()
-    expected = []
+    expected, to_go = [], []
     for states, rewards in episodes:
+        to_go += slow_return_to_go(rewards, 0.9)
         if algo == "rcp_a":
             with torch.no_grad():
                 values = rcp.value(states).squeeze(-1).tolist()
@@ -238,3 +239,7 @@ def test_targets_of_ragged_episodes_against_slow_loops_from_the_paper(algo, cond
             z = slow_return_to_go(rewards, 0.9)
             expected += z if condition == "step" else [z[0]] * len(z)
     np.testing.assert_allclose(data["targets"].double().numpy(), expected, rtol=1e-5, atol=1e-5)
+    # The exponential weights of RCP-R come from each step's own return-to-go (--rcp_weight_by's default), RCP-A's
+    # from its advantages.
+    weighted = to_go if algo == "rcp_r" else expected
+    np.testing.assert_allclose(data["weight_targets"].double().numpy(), weighted, rtol=1e-5, atol=1e-5)
