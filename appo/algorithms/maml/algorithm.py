@@ -95,14 +95,7 @@ def mean_in_order(vectors: list[Tensor] | Tensor) -> Tensor:
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """The mean over episodes of each episode's mean over its steps ([..., E, T] with `mask` 1 on the steps taken):
-    every episode weighs the same whatever its length, as pytorch-maml-rl's `weighted_mean(x, lengths).mean()`
-    (its losses, KL and `weighted_normalize`). Rows without a step are left out. Until issue 34 this was the mean
-    over all steps, which weighs long episodes more (navigation2d's goal ends episodes early; an Ant falls)."""
-    steps = mask.sum(-1)
-    per_episode = (x * mask).sum(-1) / steps.clamp(min=1.0)
-    has_steps = (steps > 0).to(x.dtype)
-    return (per_episode * has_steps).sum() / has_steps.sum().clamp(min=1.0)
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 # --- advantages: linear feature baseline + GAE (no gradient) ----------------------------------------------
