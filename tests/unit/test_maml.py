@@ -339,3 +339,21 @@ def test_a_baseline_that_cannot_be_fitted_is_zero_and_said_in_the_log():
         log.removeHandler(handler)
     assert torch.equal(w, torch.zeros(4))
     assert any("linear baseline could not be fitted" in r.getMessage() for r in records)
+
+
+def test_means_weigh_each_step_not_each_episode_as_documented() -> None:
+    """MAML's means are over the steps taken (each step the same), where pytorch-maml-rl weighs each episode the
+    same; on ragged episodes they differ. Kept deliberately: the reference's weighting made seed 0 of
+    benchmarks/maml_navigation.py unstable (docs/algorithms.md, issue 34)."""
+    from appo.algorithms.maml.algorithm import masked_mean
+
+    torch.manual_seed(3)
+    mask = torch.zeros(5, 9)
+    lengths = [9, 2, 5, 1, 7]
+    for e, length in enumerate(lengths):
+        mask[e, :length] = 1.0
+    x = torch.randn(5, 9)
+    per_step = sum(float(x[e, :length].sum()) for e, length in enumerate(lengths)) / sum(lengths)
+    per_episode = sum(float(x[e, :length].mean()) for e, length in enumerate(lengths)) / len(lengths)
+    assert float(masked_mean(x, mask)) == pytest.approx(per_step)
+    assert abs(per_step - per_episode) > 0.05
