@@ -74,9 +74,11 @@ def test_second_order_meta_gradient_equals_finite_differences(num_inner_steps: i
     assert (first - expected).abs().max() > 1e-4 * expected.abs().max()
 
 
-@pytest.mark.parametrize("first_order", [False, True])
-def test_kl_hessian_vector_product_equals_the_direct_one(first_order: bool) -> None:
-    learner = tiny_learner(first_order=first_order)
+@pytest.mark.parametrize(("first_order", "num_inner_steps"), [(False, 1), (True, 1), (False, 2)])
+def test_kl_hessian_vector_product_equals_the_direct_one(first_order: bool, num_inner_steps: int) -> None:
+    """The KL Hessian-vector product the TRPO step uses equals plain autograd's (at two inner steps the learner's
+    own product is used: the helpers' assumes one step, issue 34 bug 2)."""
+    learner = tiny_learner(first_order=first_order, num_inner_steps=num_inner_steps, fast_lr=0.1)
     # Move the parameters away from those the old policy was computed with? No: TRPO's product is taken at them.
     batches = learner.task_batches(random_episodes(3, 4, 7, 3, 2, 3), random_episodes(3, 4, 7, 3, 2, 4))
     v = torch.randn(flatten(params_of(learner.model)).numel(), generator=torch.Generator().manual_seed(5)).double()
