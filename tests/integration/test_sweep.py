@@ -125,6 +125,9 @@ def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(tr
             assert proc.poll() is None, proc.communicate()[0][-3000:]
             time.sleep(0.5)
         assert all(log.is_file() for log in logs), "the runs did not start"
+        seen = time.monotonic() + 10  # the process table, read while the runs' processes start, can miss them
+        while not runs_of(names) and time.monotonic() < seen:
+            time.sleep(0.2)
         assert runs_of(names), "no run process seen"
         os.kill(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
