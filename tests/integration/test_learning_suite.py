@@ -15,8 +15,9 @@ SUITE = [sys.executable, "benchmarks/learning_suite.py"]
 
 def test_suite_table_and_curves_come_from_the_runs(tmp_path):
     out = tmp_path / "suite"
-    # Reports every 0.1 s: a curve needs two points, and on a quiet machine 12k CartPole steps take about a second.
-    cmd = SUITE + ["--envs", "CartPole-v1", "--seeds", "0", "1", "--env_steps", "12000", "--parallel", "2"]
+    # Reports every 0.1 s: a curve needs two points. 12k CartPole steps took under a second in a CI run, before the
+    # actor workers' first episode report (every second or so): one point, no curve. 40k take several seconds.
+    cmd = SUITE + ["--envs", "CartPole-v1", "--seeds", "0", "1", "--env_steps", "40000", "--parallel", "2"]
     cmd += ["--out", str(out), "--num_workers=1", "--report_interval=0.1"]
     subprocess.run(cmd, cwd=ROOT, check=True, timeout=300, capture_output=True)
     finals = []
