@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, _kill_group
+from tests.conftest import _kill_group
+from tests.integration.test_faults import start
 from tests.support.ray_cluster import needs_ray, ray_processes
 
 EXIT_WITHIN = 15.0
@@ -39,14 +38,7 @@ class Run:
     """train_appo.py in a session of its own, its output read line by line as it comes."""
 
     def __init__(self, args: list[str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "train_appo.py", *args],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        self.proc = start(args)  # train_appo.py in a session of its own, output piped
         self.started = time.monotonic()
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
