@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+# Checkpoint file names (appo/learning/checkpoint.py writes them): checkpoint_{version:09d}_{env_steps}.pth and
+# best_{version:09d}_{env_steps}_{metric:.3f}.pth. Here, torch-free, so that listing runs needs no torch.
+CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pth$")
+BEST_CHECKPOINT_RE = re.compile(r"^best_(\d+)_(\d+)_(.+)\.pth$")
 
 
 def experiment_dir(train_dir: str | Path, experiment: str) -> Path:
@@ -20,6 +26,12 @@ def log_path(exp_dir: Path) -> Path:
 
 def checkpoint_dir(exp_dir: Path, policy_id: int) -> Path:
     return exp_dir / f"checkpoint_p{policy_id}"
+
+
+def checkpoint_steps(name: str) -> tuple[int, int] | None:
+    """(version, env steps) from a regular or best checkpoint's file name; None for any other name."""
+    m = CHECKPOINT_RE.match(name) or BEST_CHECKPOINT_RE.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def summaries_dir(exp_dir: Path, policy_id: int) -> Path:

@@ -19,16 +19,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from utils.paths import BEST_CHECKPOINT_RE as _BEST_RE
+from utils.paths import CHECKPOINT_RE as _CKPT_RE
+
 log = logging.getLogger("appo")
 
-_CKPT_RE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pth$")
-_BEST_RE = re.compile(r"^best_(\d+)_(\d+)_(.+)\.pth$")
 _TMP_SUFFIX = ".tmp"
 
 

@@ -101,3 +101,24 @@ def test_plot_missing_folder_is_one_line_exit_2(tmp_path):
     )
     assert result.returncode == 2
     assert nonempty_lines(result.stdout + result.stderr) == [f"error: {tmp_path / 'nope'}: no such run folder"]
+
+
+def test_enjoy_without_experiment_watches_the_latest_run(trained):
+    result = run_script("enjoy.py", [f"--train_dir={trained}", "--no_render", "--max_num_episodes=1"])
+    assert result.returncode == 0, result.stdout[-3000:]
+    note = re.compile(r"no --experiment: using the latest run in \S+: e \(written \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\)$")
+    assert any(note.search(line) for line in result.stdout.splitlines()), result.stdout[-3000:]
+    assert len(EPISODE_RE.findall(result.stdout)) == 1 and MEAN_RE.search(result.stdout), result.stdout[-3000:]
+
+
+def test_runs_table_lists_the_trained_run(trained):
+    result = subprocess.run(
+        [sys.executable, "-m", "appo.runs", f"--train_dir={trained}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    header, row = nonempty_lines(result.stdout)
+    name, env, algo, steps, last_return, checkpoint = row.split()[:6]
+    assert (name, env, algo) == ("e", "CartPole-v1", "appo"), row
+    assert int(steps.replace(",", "")) >= 20000, row
+    assert 8.0 <= float(last_return) <= 500.0, row  # CartPole's returns: from its shortest episode to the limit
+    assert checkpoint.startswith("checkpoint_p0/checkpoint_") and (trained / "e" / checkpoint).is_file(), row
