@@ -1,17 +1,15 @@
-"""Train: `python train_appo.py --env=ant_dir --num_workers=16`. Running the same command again resumes."""
+"""Train: `python train_appo.py --env=ENV [--FLAG=VALUE ...]` (README.md; ant_dir is the main job). Running the
+same command again resumes. The same as `appo.train(env=..., ...)` from Python (appo/api.py)."""
 
 from __future__ import annotations
 
 import sys
 
-from appo.config.cfg import parse_cfg
+from appo.api import run_command_line
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_cfg(argv)
-    from appo.driver.runner import run  # after parsing: --help stays fast
-
-    return run(cfg)
+    return run_command_line(argv)[1]
 
 
 if __name__ == "__main__":

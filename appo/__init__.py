@@ -1,3 +1,25 @@
-"""appo: an asynchronous PPO engine (Sample Factory style) in PyTorch."""
+"""appo: an asynchronous PPO engine (Sample Factory style) in PyTorch.
+
+`appo.train(...)` and `appo.load_policy(...)` (appo/api.py) are the Python entry points. Importing appo imports
+neither torch nor anything else heavy: a policy exported as npz runs where only numpy is installed."""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["load_policy", "train"]
+
+
+def train(env: str | None = None, experiment: str | None = None, **flags: Any) -> Any:
+    """Train as train_appo.py would; see appo/api.py."""
+    from appo.api import train as _train
+
+    return _train(env, experiment, **flags)
+
+
+def load_policy(path: Any, checkpoint: str = "latest", policy_index: int = 0, seed: int = 0) -> Any:
+    """A trained policy to act with (numpy only); see appo/api.py."""
+    from appo.api import load_policy as _load
+
+    return _load(path, checkpoint=checkpoint, policy_index=policy_index, seed=seed)

@@ -1,34 +1,22 @@
-"""`ActorCritic.act` in numpy (its twin, appo/models/numpy_ops.py says why): observation normaliser (clipped),
-MLP encoder, optional GRU or LSTM cell (torch's `GRUCell` / `LSTMCell` equations, state laid out as in
-`ActorCritic.core_step`: h for a GRU, concat([h, c]) for an LSTM), Gaussian (state-independent log-std) or
-categorical head, value head (on the policy's features, or on its own MLP trunk with `--separate_value_trunk`).
-The caller keeps the recurrent state (the shared `rnn_states` buffer) and resets it at episode ends, as for the
-torch path. Only exactly `ActorCritic` with exactly a `GRUCell` or `LSTMCell` core (or none) is supported
-(`NumpyPolicy.supports`). `NumpyPolicyStack` acts for a population in one pass.
+"""`ActorCritic`'s numpy twin on the torch side: which models the numpy pass computes (`NumpyPolicy.supports`),
+the description it is built from (`describe`), and `NumpyPolicy`, the pass (appo/inference/actor_critic.py) bound
+to a torch model: built from one, reloaded from one after every pull. Only exactly `ActorCritic` with exactly a
+`GRUCell` or `LSTMCell` core (or none) is supported.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
+from appo.inference.actor_critic import ActorCriticPass, NumpyPolicyStack
 from appo.models.actor_critic import ActorCritic
-from appo.models.numpy_ops import (
-    NumpyActOutput,
-    NumpyPass,
-    f32,
-    gaussian_log_prob_const,
-    mlp_layers,
-    mlp_unsupported,
-    register_numpy_pass,
-    run_layers,
-    sample,
-    sigmoid,
-)
+from appo.models.numpy_ops import activation_name, mlp_unsupported, register_numpy_pass
 
-# The recurrent cells the numpy pass computes, by the name `_core_step` knows them under.
+__all__ = ["NumpyPolicy", "NumpyPolicyStack", "describe"]
+
+# The recurrent cells the numpy pass computes, by the name the pass knows them under.
 _CORES: dict[type[torch.nn.Module], str] = {torch.nn.GRUCell: "gru", torch.nn.LSTMCell: "lstm"}
 
 
@@ -52,45 +40,25 @@ def _model_unsupported(model: torch.nn.Module) -> str | None:
     )
 
 
-def _core_weights(core: torch.nn.Module) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A supported cell's (w_ih [F, G], b_ih [G], w_hh [H, G], b_hh [G]), G = 3H (GRU: r, z, n as torch has
-    them) or 4H (LSTM: torch's i, f, g, o reordered to i, f, o, g so that one sigmoid covers three gates)."""
-    w_ih, b_ih, w_hh, b_hh = (f32(p) for p in (core.weight_ih, core.bias_ih, core.weight_hh, core.bias_hh))
-    if type(core) is torch.nn.LSTMCell:
-        H = core.hidden_size
-        order = np.concatenate([np.arange(0, 2 * H), np.arange(3 * H, 4 * H), np.arange(2 * H, 3 * H)])
-        w_ih, b_ih, w_hh, b_hh = w_ih[order], b_ih[order], w_hh[order], b_hh[order]
-    return w_ih.T.copy(), b_ih, w_hh.T.copy(), b_hh
-
-
-def _core_step(
-    kind: str, x: np.ndarray, state: np.ndarray, w_ih: np.ndarray, b_ih: np.ndarray, w_hh: np.ndarray, b_hh: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """One step of the cell `kind` ("gru" or "lstm"): x [..., F] and state [..., S] (S = H, or 2H for the LSTM's
-    concat([h, c])) -> (features h' [..., H], next state [..., S]). Weights as `_core_weights` gives them, or stacked
-    [K, F, G] / [K, 1, G] against x [K, rows, F]. Each step is written as torch's CPU cell computes it, so that the
-    float32 results agree to rounding."""
-    H = w_hh.shape[-2]
-    if kind == "gru":
-        gi = np.matmul(x, w_ih) + b_ih
-        gh = np.matmul(state, w_hh) + b_hh
-        rz = sigmoid(gi[..., : 2 * H] + gh[..., : 2 * H])
-        n = np.tanh(gi[..., 2 * H :] + rz[..., :H] * gh[..., 2 * H :])
-        h = n + rz[..., H:] * (state - n)  # = (1 - z) * n + z * h
-        return h, h
-    h, c = state[..., :H], state[..., H:]
-    gates = (np.matmul(x, w_ih) + b_ih) + (np.matmul(h, w_hh) + b_hh)
-    ifo = sigmoid(gates[..., : 3 * H])
-    c = ifo[..., H : 2 * H] * c + ifo[..., :H] * np.tanh(gates[..., 3 * H :])
-    h = ifo[..., 2 * H :] * np.tanh(c)
-    return h, np.concatenate([h, c], axis=-1)
+def describe(model: ActorCritic) -> dict[str, Any]:
+    """What the numpy pass needs of `model` besides its state (appo/inference/actor_critic.py)."""
+    norm = model.obs_normalizer
+    return {
+        "kind": ActorCriticPass.kind,
+        # (An empty encoder has no activation: the name is then unused.)
+        "activation": activation_name(model.encoder[1]) if len(model.encoder) else "tanh",
+        "core": _CORES[type(model.core)] if model.core is not None else None,
+        "obs_clip": norm.clip if norm is not None else None,
+        "obs_epsilon": norm.epsilon if norm is not None else None,
+    }
 
 
 @register_numpy_pass
-class NumpyPolicy(NumpyPass):
+class NumpyPolicy(ActorCriticPass):
     def __init__(self, model: ActorCritic, seed: int) -> None:
         """Raises ValueError for a model that `supports` rejects (device aside)."""
-        self.rng = np.random.default_rng(seed)
+        self._check(model)
+        super().__init__(describe(model), seed)
         self.load(model)
 
     @staticmethod
@@ -100,180 +68,13 @@ class NumpyPolicy(NumpyPass):
         activations, on the CPU."""
         return torch.device(device).type == "cpu" and _model_unsupported(model) is None
 
-    def load(self, model: ActorCritic) -> None:
-        """Copy the weights (call after every pull). ValueError for a model the numpy pass does not compute."""
+    @staticmethod
+    def _check(model: torch.nn.Module) -> None:
         reason = _model_unsupported(model)
         if reason is not None:
             raise ValueError(f"NumpyPolicy cannot run this model: {reason}")
-        norm = model.obs_normalizer
-        self.obs_mean = f32(norm.mean) if norm is not None else None
-        self.obs_std = np.sqrt(norm.var.double().numpy() + norm.epsilon).astype(np.float32) if norm else None
-        self.obs_clip = norm.clip if norm is not None else None
-        self.layers = mlp_layers(model.encoder)
-        # None without a core; else "gru" or "lstm" and the cell's weights (see _core_weights).
-        self.core_kind = _CORES[type(model.core)] if model.core is not None else None
-        self.core = _core_weights(model.core) if model.core is not None else None
-        # Empty for the shared trunk: the value head then reads the policy's features.
-        self.value_layers = mlp_layers(model.value_encoder) if model.value_encoder is not None else []
-        self.separate_value_trunk = model.value_encoder is not None
-        self.policy_w, self.policy_b = f32(model.policy_head.weight).T.copy(), f32(model.policy_head.bias)
-        self.value_w, self.value_b = f32(model.value_head.weight)[0].copy(), float(model.value_head.bias.detach()[0])
-        self.is_discrete = model.is_discrete
-        if not self.is_discrete:
-            self.log_std = f32(model.log_std)
-            self.std = np.exp(self.log_std)
-            self.log_prob_const = gaussian_log_prob_const(self.log_std)
 
-    def act(self, obs: np.ndarray, rnn_states: np.ndarray | None = None, deterministic: bool = False) -> NumpyActOutput:
-        """`ActorCritic.act` for B envs: obs [B, *obs_shape], rnn_states [B, S] (the states before this step;
-        required with a core, ignored and passed through without one). `deterministic` takes the mode (the mean,
-        or the most likely action) instead of a sample. See NumpyActOutput for what comes back."""
-        x = obs.reshape(len(obs), -1).astype(np.float32, copy=False)
-        if self.obs_mean is not None:
-            x = (x - self.obs_mean.reshape(-1)) / self.obs_std.reshape(-1)
-            if self.obs_clip is not None:
-                x = np.clip(x, -self.obs_clip, self.obs_clip)
-        h = run_layers(self.layers, x)
-        if self.core is not None:
-            if rnn_states is None:
-                raise ValueError("NumpyPolicy.act: a recurrent model needs rnn_states")
-            h, rnn_states = _core_step(self.core_kind, h, rnn_states.astype(np.float32, copy=False), *self.core)
-        params = h @ self.policy_w + self.policy_b
-        values = (run_layers(self.value_layers, x) if self.separate_value_trunk else h) @ self.value_w + self.value_b
-        if self.is_discrete:
-            return NumpyActOutput(*sample(self.rng, params, values, None, 0.0, deterministic), rnn_states)
-        return NumpyActOutput(
-            *sample(self.rng, params, values, self.std, self.log_prob_const, deterministic), rnn_states
-        )
-
-
-class NumpyPolicyStack:
-    """Several policies of one architecture (a population) acting in one pass: each env's observation and
-    recurrent state go through its own policy's weights. Envs are laid out as [policy, row] with zero rows for
-    padding, so every layer (and the recurrent cell's matmuls) is one batched matmul over the stacked weights
-    instead of one small forward pass per policy present in the batch. Call `restack` after any member's weights
-    changed.
-
-    Members are NumpyPolicy instances, so each one's model was checked when it loaded; `restack` checks besides
-    that they share one architecture (layer shapes, activations, normalisation, recurrent cell, value trunk,
-    action type), since the stacked pass applies the first member's structure to all of them and would otherwise
-    compute something else for the others. ValueError when they do not."""
-
-    def __init__(self, members: list[NumpyPolicy], seed: int) -> None:
-        if not members or not all(type(m) is NumpyPolicy for m in members):
-            raise ValueError("NumpyPolicyStack needs one or more NumpyPolicy members")
-        self.members = members
-        self.rng = np.random.default_rng(seed)
-        self.restack()
-
-    def restack(self) -> None:
-        ms = self.members
-        first = ms[0]
-        signature = _architecture(first)
-        for k, m in enumerate(ms[1:], start=1):
-            if _architecture(m) != signature:
-                raise ValueError(f"NumpyPolicyStack: member {k} has another architecture than member 0")
-        self.normalized = first.obs_mean is not None
-        if self.normalized:
-            self.obs_mean = np.stack([m.obs_mean.reshape(-1) for m in ms])
-            self.obs_std = np.stack([m.obs_std.reshape(-1) for m in ms])
-            self.obs_clip = first.obs_clip
-        self.layers = _stack_layers([m.layers for m in ms])
-        self.core_kind = first.core_kind
-        if self.core_kind is not None:
-            w_ih, b_ih, w_hh, b_hh = (np.stack(part) for part in zip(*(m.core for m in ms), strict=True))
-            # w_ih [K, F, G], b_ih [K, 1, G], w_hh [K, H, G], b_hh [K, 1, G]
-            self.core = (w_ih, b_ih[:, None, :], w_hh, b_hh[:, None, :])
-        self.separate_value_trunk = first.separate_value_trunk
-        if self.separate_value_trunk:
-            self.value_layers = _stack_layers([m.value_layers for m in ms])
-            self.head_w = np.stack([m.policy_w for m in ms])  # [K, F, P]
-            self.head_b = np.stack([m.policy_b for m in ms])[:, None, :]  # [K, 1, P]
-            self.value_w = np.stack([m.value_w for m in ms])[:, :, None]  # [K, F, 1]
-            self.value_b = np.array([m.value_b for m in ms], dtype=np.float32)[:, None, None]  # [K, 1, 1]
-        else:
-            # Policy and value heads as one matmul: the last column is the value.
-            self.head_w = np.stack([np.concatenate([m.policy_w, m.value_w[:, None]], axis=1) for m in ms])
-            self.head_b = np.stack([np.append(m.policy_b, np.float32(m.value_b)) for m in ms])[:, None, :]
-        self.is_discrete = first.is_discrete
-        if not self.is_discrete:
-            self.std = np.stack([m.std for m in ms])
-            self.log_prob_const = np.array([m.log_prob_const for m in ms])
-
-    def act(
-        self,
-        obs: np.ndarray,
-        owner: np.ndarray,
-        rnn_states: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> NumpyActOutput:
-        """As NumpyPolicy.act, env i acting with member owner[i] (owner [B] int): obs [B, *obs_shape],
-        rnn_states [B, S] or None as there."""
-        n, k = len(obs), len(self.members)
-        counts = np.bincount(owner, minlength=k)
-        if counts.max() == n:  # one policy: the plain pass
-            return self.members[int(owner[0])].act(obs, rnn_states, deterministic)
-        rows = int(counts.max())
-        order = np.argsort(owner, kind="stable")
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(n) - (np.cumsum(counts) - counts)[owner[order]]
-        pos = owner * rows + rank
-        x = obs.reshape(n, -1).astype(np.float32, copy=False)
-        if self.normalized:
-            x = (x - self.obs_mean[owner]) / self.obs_std[owner]
-            if self.obs_clip is not None:
-                x = np.clip(x, -self.obs_clip, self.obs_clip)
-        padded = np.zeros((k * rows, x.shape[1]), dtype=np.float32)
-        padded[pos] = x
-        padded = padded.reshape(k, rows, -1)
-        h = run_layers(self.layers, padded)
-        if self.core_kind is not None:
-            if rnn_states is None:
-                raise ValueError("NumpyPolicyStack.act: a recurrent model needs rnn_states")
-            # Zero states in the padding rows: they are computed and dropped, like their observations.
-            state = np.zeros((k * rows, rnn_states.shape[1]), dtype=np.float32)
-            state[pos] = rnn_states
-            h, state = _core_step(self.core_kind, h, state.reshape(k, rows, -1), *self.core)
-            rnn_states = state.reshape(k * rows, -1)[pos]
-        out = (np.matmul(h, self.head_w) + self.head_b).reshape(k * rows, -1)[pos]
-        if self.separate_value_trunk:
-            params = out
-            values = (np.matmul(run_layers(self.value_layers, padded), self.value_w) + self.value_b).reshape(-1)[pos]
-        else:
-            params, values = out[:, :-1], out[:, -1]
-        if self.is_discrete:
-            return NumpyActOutput(*sample(self.rng, params, values, None, 0.0, deterministic), rnn_states)
-        sampled = sample(self.rng, params, values, self.std[owner], self.log_prob_const[owner], deterministic)
-        return NumpyActOutput(*sampled, rnn_states)
-
-
-def _architecture(m: NumpyPolicy) -> tuple[Any, ...]:
-    """What must agree between members of a stack: everything but the weights' values."""
-
-    def mlp(layers: list[tuple[np.ndarray, np.ndarray, Any]]) -> list[tuple[Any, ...]]:
-        return [(w.shape, activation) for w, _, activation in layers]
-
-    return (
-        m.obs_mean is not None,
-        m.obs_clip,
-        None if m.obs_mean is None else m.obs_mean.size,
-        mlp(m.layers),
-        m.core_kind,
-        None if m.core is None else [w.shape for w in m.core],
-        m.separate_value_trunk,
-        mlp(m.value_layers),
-        m.policy_w.shape,
-        m.is_discrete,
-    )
-
-
-def _stack_layers(
-    per_member: list[list[tuple[np.ndarray, np.ndarray, Any]]],
-) -> list[tuple[np.ndarray, np.ndarray, Any]]:
-    """One MLP's layers of K members as stacked weights [K, in, out], biases [K, 1, out] and the activation."""
-    stacked = []
-    for i, (_, _, activation) in enumerate(per_member[0]):
-        w = np.stack([layers[i][0] for layers in per_member])
-        b = np.stack([layers[i][1] for layers in per_member])[:, None, :]
-        stacked.append((w, b, activation))
-    return stacked
+    def load(self, model: ActorCritic) -> None:
+        """Copy the weights (call after every pull). ValueError for a model the numpy pass does not compute."""
+        self._check(model)
+        super().load(model)

@@ -25,21 +25,10 @@ from torch import Tensor, nn
 
 from appo.algorithms.registry import command_dims
 from appo.config.cfg import Cfg
+from appo.inference.command_policy import CommandPolicyPass
 from appo.models.actor_critic import ActOutput, build_mlp
 from appo.models.distributions import Categorical, DiagGaussian
-from appo.models.numpy_ops import (
-    NumpyActOutput,
-    NumpyPass,
-    f32,
-    gaussian_log_prob_const,
-    mlp_layers,
-    mlp_unsupported,
-    on_cpu_exactly,
-    register_numpy_pass,
-    run_layers,
-    sample,
-    sigmoid,
-)
+from appo.models.numpy_ops import mlp_unsupported, on_cpu_exactly, register_numpy_pass
 from appo.models.registry import register_model
 
 
@@ -122,18 +111,18 @@ def play_command(cfg: Cfg, env: gym.Env, model: CommandPolicy) -> tuple[float, f
 
 
 @register_numpy_pass
-class NumpyCommandPolicy(NumpyPass):
-    """`CommandPolicy.act` in numpy (UDRL's and RCP's behaviour function, appo/models/command_policy.py): the state's
-    layer
-    (tanh or sigmoid) gated by the sigmoid of the command's, the relu trunk, a categorical or a Gaussian head with a
-    state-independent log-std; uniformly random actions while the weights have had no update (the warm-up: bounded
-    Box dims uniform in the box, unbounded ones N(0, 1), zero log-probs; Discrete uniform, log-prob -log n); the
-    mode when deterministic. Same interface as NumpyPolicy."""
+class NumpyCommandPolicy(CommandPolicyPass):
+    """`CommandPolicy.act` in numpy (appo/inference/command_policy.py), bound to the torch policy."""
+
+    def __init__(self, model: CommandPolicy, seed: int) -> None:
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"NumpyCommandPolicy cannot run {type(model).__qualname__}")
+        activation = "tanh" if model.state_activation is torch.tanh else "sigmoid"
+        super().__init__({"kind": self.kind, "state_activation": activation}, seed)
+        self.load(model)
 
     @staticmethod
     def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
-        from appo.models.command_policy import CommandPolicy
-
         if not on_cpu_exactly(model, device, CommandPolicy):
             return False
         return len(model.trunk) == 0 or mlp_unsupported(model.trunk, "the trunk") is None
@@ -142,41 +131,4 @@ class NumpyCommandPolicy(NumpyPass):
         """Copy the weights (call after every pull)."""
         if not self.supports(model, "cpu"):
             raise ValueError(f"NumpyCommandPolicy cannot run {type(model).__qualname__}")
-        self.state_dims = model.state_dims
-        self.state_layer = [(f32(model.state_layer.weight).T.copy(), f32(model.state_layer.bias), None)]
-        self.command_layer = [(f32(model.command_layer.weight).T.copy(), f32(model.command_layer.bias), None)]
-        self.state_activation = np.tanh if model.state_activation is torch.tanh else sigmoid
-        self.trunk = mlp_layers(model.trunk) if len(model.trunk) else []
-        self.head = [(f32(model.head.weight).T.copy(), f32(model.head.bias), None)]
-        self.is_discrete = model.is_discrete
-        self.is_warmup = int(model.updates) == 0
-        if self.is_discrete:
-            self.num_actions = model.num_actions
-        else:
-            self.log_std = f32(model.log_std)
-            self.std = np.exp(self.log_std)
-            self.log_prob_const = gaussian_log_prob_const(self.log_std)
-            self.low, self.high = f32(model.low), f32(model.high)
-
-    def act(self, obs: np.ndarray, rnn_states: np.ndarray | None = None, deterministic: bool = False) -> NumpyActOutput:
-        """Actions [B, A] or [B, 1], their log-probs [B], zero values, `rnn_states` passed through."""
-        B = len(obs)
-        zeros = np.zeros(B, dtype=np.float32)
-        if self.is_warmup and not deterministic:
-            if self.is_discrete:
-                actions = self.rng.integers(self.num_actions, size=(B, 1), dtype=np.int64)
-                return NumpyActOutput(actions, np.full(B, -np.log(self.num_actions), np.float32), zeros, rnn_states)
-            bounded = np.isfinite(self.low) & np.isfinite(self.high)
-            span = np.where(bounded, self.high - self.low, 0.0)
-            uniform = np.where(bounded, self.low, 0.0) + span * self.rng.random((B, len(self.low)), dtype=np.float32)
-            normal = self.rng.standard_normal((B, len(self.low)), dtype=np.float32)
-            return NumpyActOutput(np.where(bounded, uniform, normal).astype(np.float32), zeros, zeros, rnn_states)
-        x = obs.reshape(B, -1).astype(np.float32, copy=False)
-        state, command = x[:, : self.state_dims], x[:, self.state_dims :]
-        h = self.state_activation(run_layers(self.state_layer, state)) * sigmoid(
-            run_layers(self.command_layer, command)
-        )
-        params = run_layers(self.head, run_layers(self.trunk, h))
-        std = None if self.is_discrete else self.std
-        const = 0.0 if self.is_discrete else self.log_prob_const
-        return NumpyActOutput(*sample(self.rng, params, zeros, std, const, deterministic), rnn_states)
+        super().load(model)

@@ -11,17 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from appo.models.numpy_ops import (
-    ACTIVATIONS,
-    NumpyActOutput,
-    NumpyPass,
-    f32,
-    gaussian_log_prob,
-    mlp_unsupported,
-    on_cpu_exactly,
-    register_numpy_pass,
-    run_layers,
-)
+from appo.inference.gaussian_mlp import GaussianMlpPass
+from appo.models.numpy_ops import activation_name, mlp_unsupported, on_cpu_exactly, register_numpy_pass
 from appo.models.registry import register_model
 
 NONLINEARITIES: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -59,50 +50,25 @@ def make_policy(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> Maml
 
 
 @register_numpy_pass
-class NumpyGaussianMlp(NumpyPass):
-    """MAML's policy (`MamlPolicy` above) in numpy: mean = MLP(obs), state-independent
-    std, and
-    a = mean + std * noise, the noise given (an episodic run's `action_noise`: the same episode wherever it runs) or
-    drawn from its own generator. The arithmetic is fixed (contiguous float32 rows, x @ W.T + b per layer), so a
-    row's actions depend only on that row and on the shape of the batch it is computed in."""
+class NumpyGaussianMlp(GaussianMlpPass):
+    """`MamlPolicy` in numpy (appo/inference/gaussian_mlp.py), bound to the torch policy."""
 
-    takes_noise = True
+    def __init__(self, model: MamlPolicy, seed: int) -> None:
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"NumpyGaussianMlp cannot run {type(model).__qualname__}")
+        super().__init__({"kind": self.kind, "activation": activation_name(list(model.mlp)[1])}, seed)
+        self.load(model)
 
     @staticmethod
     def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
         if not on_cpu_exactly(model, device, MamlPolicy):
             return False
         modules = list(model.mlp)
-        return mlp_unsupported(torch.nn.Sequential(*modules[:-1]), "") is None and type(modules[-1]) is torch.nn.Linear
+        hidden = torch.nn.Sequential(*modules[:-1])
+        return len(hidden) > 0 and mlp_unsupported(hidden, "") is None and type(modules[-1]) is torch.nn.Linear
 
     def load(self, model: torch.nn.Module) -> None:
         """Copy the weights (call after every pull)."""
         if not self.supports(model, "cpu"):
             raise ValueError(f"NumpyGaussianMlp cannot run {type(model).__qualname__}")
-        modules = list(model.mlp)
-        self.layers = [
-            (f32(m.weight).T.copy(), f32(m.bias), ACTIVATIONS[type(a)] if a is not None else None)
-            for m, a in zip(modules[::2], [*modules[1::2], None], strict=True)
-        ]
-        self.log_std = f32(model.log_std)
-        self.std = np.exp(self.log_std)
-
-    def mean(self, obs: np.ndarray) -> np.ndarray:
-        return run_layers(self.layers, np.ascontiguousarray(obs, dtype=np.float32))
-
-    def act(
-        self,
-        obs: np.ndarray,
-        rnn_states: np.ndarray | None = None,
-        deterministic: bool = False,
-        noise: np.ndarray | None = None,
-    ) -> NumpyActOutput:
-        """Actions [B, A] as sampled (the env runner clips what the env sees), their log-probs, zero values."""
-        mean = self.mean(obs)
-        if deterministic:
-            return NumpyActOutput(mean, np.zeros(len(obs), np.float32), np.zeros(len(obs), np.float32), rnn_states)
-        if noise is None:
-            noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
-        actions = (mean + self.std * noise).astype(np.float32)
-        log_probs = gaussian_log_prob(noise, self.log_std).astype(np.float32)
-        return NumpyActOutput(actions, log_probs, np.zeros(len(obs), np.float32), rnn_states)
+        super().load(model)

@@ -238,14 +238,18 @@ def new_video_path(exp_dir: Path, ckpt_path: Path) -> Path:
 # --- episodes -----------------------------------------------------------------------------------------------
 def run_all(cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, on_frame: Callable[[], None] | None) -> list[float]:
     """Every episode (task envs: every trial, printed episode by episode); returns the episode returns."""
+    from appo.models.numpy_ops import make_numpy_policy
     from appo.protocol.buffers import rnn_state_size
     from appo.sampling.evaluator import run_episode
 
+    # The numpy pass where the run's actors used one: the same arithmetic as the actor workers and as an exported
+    # policy (appo.load_policy), so their returns on the same seeds are the same.
+    fast = make_numpy_policy(model, "cpu", cfg.seed) if cfg.numpy_inference else None
     per_trial = trial_length(cfg)
     returns: list[float] = []
     for i in range(math.ceil(cfg.max_num_episodes / per_trial)):
         seed = cfg.seed if i == 0 else None  # later episodes continue the env's rng stream
-        total, length, info = run_episode(env, model, rnn_state_size(cfg), not cfg.stochastic, seed, on_frame)
+        total, length, info = run_episode(env, model, rnn_state_size(cfg), not cfg.stochastic, seed, on_frame, fast)
         if "trial" in info:
             trial = info["trial"]
             print(f"trial {i}: task {trial['task']}", flush=True)
@@ -331,7 +335,7 @@ def _evaluate(cfg: EnjoyCfg) -> int:
         if video is not None:
             video.close()
     if video is not None:
-        print(f"video: {video.path} ({video.num_frames} frames)", flush=True)
+        show_video(cfg, video, state)
     return 0
 
 
@@ -347,8 +351,22 @@ def _enjoy_own(target: str, cfg: EnjoyCfg, state: dict[str, Any], ckpt_path: Pat
         if video is not None:
             video.close()
     if video is not None:
-        print(f"video: {video.path} ({video.num_frames} frames)", flush=True)
+        show_video(cfg, video, state)
     return 0
+
+
+def show_video(cfg: EnjoyCfg, video: VideoWriter, state: dict[str, Any]) -> None:
+    """Say where the mp4 is; for a run trained --with_wandb, log it into the policy's wandb run too."""
+    print(f"video: {video.path} ({video.num_frames} frames)", flush=True)
+    if cfg.with_wandb:
+        from appo.driver.tracking import TrackingError, log_video
+
+        steps = int(state.get("env_steps") or 0)  # the checkpoint's: where the video sits on the x-axis
+        try:
+            run_id = log_video(cfg, experiment_dir(cfg), resolve_policy_index(cfg), video.path, steps)
+        except TrackingError as exc:
+            raise EnjoyError(f"{exc} (the video is kept)") from None
+        print(f"video: logged to wandb run {run_id} (project {cfg.wandb_project})", flush=True)
 
 
 def enjoy(cfg: EnjoyCfg) -> int:

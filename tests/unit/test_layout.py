@@ -20,7 +20,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("utils", "utils.*"),
     ("envs", "envs.*"),
     (
-        "appo",
         "appo.config",
         "appo.config.*",
         "appo.algorithms",
@@ -28,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "appo.algorithms.*.flags",
         "appo.algorithms.reward_conditioned.*_flags",
     ),
+    ("appo.inference", "appo.inference.*"),  # torch-free: exported policies run with numpy alone
     ("appo.protocol", "appo.protocol.*"),
     ("appo.models", "appo.models.*"),
     ("appo.sampling", "appo.sampling.*"),
@@ -35,7 +35,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("appo.learning", "appo.learning.*"),
     ("appo.backends", "appo.backends.*"),
     ("appo.driver", "appo.driver.*"),
-    ("appo.tools", "appo.tools.*", "appo.plot", "appo.sweep"),
+    ("appo.tools", "appo.tools.*", "appo.plot", "appo.sweep", "appo.runs", "appo.export"),
+    ("appo", "appo.api"),  # the public face: appo.train and appo.load_policy
 ]
 
 

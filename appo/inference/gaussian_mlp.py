@@ -1,0 +1,42 @@
+"""MAML's policy (`MamlPolicy`, appo/models/gaussian_mlp.py) in numpy: mean = MLP(obs), state-independent std, and
+a = mean + std * noise, the noise given (an episodic run's `action_noise`: the same episode wherever it runs) or
+drawn from its own generator. The arithmetic is fixed (contiguous float32 rows, x @ W.T + b per layer), so a row's
+actions depend only on that row and on the shape of the batch it is computed in.
+Description: {"kind": "maml_gaussian_mlp", "activation": "tanh" | "relu"}."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from appo.inference.ops import NumpyActOutput, NumpyPass, State, f32, gaussian_log_prob, mlp, run_layers
+
+
+class GaussianMlpPass(NumpyPass):
+    kind = "maml_gaussian_mlp"
+    takes_noise = True
+
+    def load_state(self, state: State) -> None:
+        """Copy the weights (call after every pull)."""
+        self.layers = mlp(state, "mlp", self.description["activation"], last_linear=True)
+        self.log_std = f32(state["log_std"])
+        self.std = np.exp(self.log_std)
+
+    def mean(self, obs: np.ndarray) -> np.ndarray:
+        return run_layers(self.layers, np.ascontiguousarray(obs, dtype=np.float32))
+
+    def act(
+        self,
+        obs: np.ndarray,
+        rnn_states: np.ndarray | None = None,
+        deterministic: bool = False,
+        noise: np.ndarray | None = None,
+    ) -> NumpyActOutput:
+        """Actions [B, A] as sampled (the env runner clips what the env sees), their log-probs, zero values."""
+        mean = self.mean(obs)
+        if deterministic:
+            return NumpyActOutput(mean, np.zeros(len(obs), np.float32), np.zeros(len(obs), np.float32), rnn_states)
+        if noise is None:
+            noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
+        actions = (mean + self.std * noise).astype(np.float32)
+        log_probs = gaussian_log_prob(noise, self.log_std).astype(np.float32)
+        return NumpyActOutput(actions, log_probs, np.zeros(len(obs), np.float32), rnn_states)

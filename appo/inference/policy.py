@@ -1,0 +1,162 @@
+"""A trained policy in one's own code, numpy only: `appo.load_policy(...)` returns a `Policy`.
+
+    policy = appo.load_policy("train_dir/my_run")            # or a checkpoint .pth, or an exported .npz
+    env = policy.make_env()                                   # the env as the run saw it (tasks, command, trials)
+    obs, _ = env.reset(seed=0)
+    state = policy.initial_state()                            # None for a feed-forward policy
+    action, state = policy.act(obs, state)                    # deterministic unless deterministic=False
+
+`act` takes one observation or a batch [B, *obs_shape] and gives env-ready actions (Box: clipped to the action
+box, in its shape; Discrete: ints), and the recurrent state after the step. The observation normaliser is inside.
+Reset the state (`initial_state`) when an episode of the env from `make_env` ends: for a task family that env's
+episode is a whole trial, so the state is carried across the trial's episodes, as in training. The arithmetic is
+the numpy pass the actor workers act with (appo/inference/), so nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from appo.inference.actor_critic import ActorCriticPass
+from appo.inference.command_policy import CommandPolicyPass
+from appo.inference.gaussian_mlp import GaussianMlpPass
+from appo.inference.ops import NumpyPass
+from appo.inference.squashed_gaussian import SquashedGaussianPass
+
+# Every numpy pass by the model kind it computes (appo/models/registry.py's names).
+PASSES: dict[str, type[NumpyPass]] = {
+    cls.kind: cls for cls in (ActorCriticPass, SquashedGaussianPass, GaussianMlpPass, CommandPolicyPass)
+}
+
+
+class Policy:
+    """See the module's docstring. `meta` is the policy file's (appo/inference/policy_file.py), `state` the
+    model's state dict as numpy arrays, `arrays` the action bounds."""
+
+    def __init__(
+        self, meta: dict[str, Any], state: dict[str, np.ndarray], arrays: dict[str, np.ndarray], seed: int = 0
+    ) -> None:
+        description = meta["model"]
+        if description.get("kind") not in PASSES:
+            raise ValueError(f"model kind {description.get('kind')!r} has no numpy pass; known: {', '.join(PASSES)}")
+        self.meta = meta
+        self.net = PASSES[description["kind"]](description, seed)
+        self.net.load_state(state)
+        self.observation_shape = tuple(meta["observation_shape"])
+        self.action = meta["action"]
+        self.discrete = self.action["type"] == "Discrete"
+        if not self.discrete:
+            self.low, self.high = arrays["action/low"], arrays["action/high"]
+        self.source = meta.get("source", {})
+
+    # --- what a user reads ------------------------------------------------------------------------------------
+    @property
+    def kind(self) -> str:
+        return self.net.kind
+
+    @property
+    def state_size(self) -> int:
+        """Floats of recurrent state per env; 0 for a feed-forward policy."""
+        return self.net.state_size
+
+    @property
+    def cfg(self) -> Any:
+        """The run's cfg (an appo Cfg: env, task split, trial length ...)."""
+        from appo.config.cfg import Cfg, make_cfg
+
+        known = {f.name for f in dataclasses.fields(Cfg)}
+        return make_cfg({k: v for k, v in self.meta["cfg"].items() if k in known})
+
+    @property
+    def command(self) -> list[float] | None:
+        """A reward-conditioned policy's saved command (desired return, horizon), else None."""
+        command = getattr(self.net, "command", None)
+        return None if command is None else [float(v) for v in command]
+
+    def initial_state(self, batch: int | None = None) -> np.ndarray | None:
+        """Zeros of the recurrent state for one env ([S]) or `batch` envs ([batch, S]); None without a core."""
+        if not self.state_size:
+            return None
+        return np.zeros(self.state_size if batch is None else (batch, self.state_size), dtype=np.float32)
+
+    # --- acting -----------------------------------------------------------------------------------------------
+    def act(
+        self, obs: Any, state: np.ndarray | None = None, deterministic: bool = True
+    ) -> tuple[Any, np.ndarray | None]:
+        """(env-ready action(s), the recurrent state after this step) for one observation or a batch. `state`:
+        the state before the step (None: the initial state)."""
+        x = np.asarray(obs, dtype=np.float32)
+        single = x.shape == self.observation_shape
+        if not single and x.shape[1:] != self.observation_shape:
+            raise ValueError(f"observation of shape {x.shape}: the policy takes {self.observation_shape} or [B, *that]")
+        x = x[None] if single else x
+        if self.state_size:
+            states = self.initial_state(len(x)) if state is None else np.asarray(state, dtype=np.float32)
+            states = states.reshape(len(x), self.state_size)
+        else:
+            states = None
+        out = self.net.act(x, states, deterministic)
+        actions = self._env_actions(out.actions)
+        new_state = None if out.rnn_states is None or not self.state_size else out.rnn_states
+        if single:
+            return actions[0] if not self.discrete else int(actions[0]), (None if new_state is None else new_state[0])
+        return actions, new_state
+
+    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
+        if self.discrete:
+            return actions[:, 0].astype(np.int64)
+        shaped = actions.reshape(len(actions), *self.action["shape"])
+        return np.clip(shaped, self.low, self.high)
+
+    # --- the env it was trained on ------------------------------------------------------------------------------
+    def make_env(self, render_mode: str | None = None, task: int | None = None) -> Any:
+        """The run's env as enjoy.py builds it: for a task family over the held-out test tasks, trials of the
+        run's length, tasks drawn with the run's seed (or always test task `task`); a reward-conditioned policy's
+        env starts its episodes from the saved command. Needs the env's packages (MuJoCo ...), not torch."""
+        from envs import make_run_env, trial_length
+
+        cfg = self.cfg
+        meta = cfg.task_schedule != "none"
+        env = make_run_env(cfg, split="test" if meta else "train", render_mode=render_mode)
+        if meta:
+            from envs.schedules import SequenceSchedule, TaskSchedule
+
+            tests = env.schedule.tasks
+            if task is None:
+                env.schedule = TaskSchedule(tests, trial_length(cfg), cfg.seed)
+            else:
+                env.schedule = SequenceSchedule([tests[task]], trial_length(cfg))
+        if self.command is not None:
+            env.get_wrapper_attr("set_default_command")(self.command)
+        return env
+
+    def evaluate(self, env: Any = None, episodes: int = 5, seed: int | None = None) -> list[float]:
+        """Deterministic episodes as enjoy.py plays them: on `env` (default: `make_env()`), the first reset with
+        `seed` (default: the run's), later ones continuing the env's generator; a task family's trial counts as its
+        episodes (rounded up to whole trials). Returns each episode's return."""
+        own = env is None
+        env = self.make_env() if own else env
+        returns: list[float] = []
+        try:
+            while len(returns) < episodes:
+                first = not returns
+                obs, _ = env.reset(seed=(self.meta["cfg"]["seed"] if seed is None else seed) if first else None)
+                state, total = self.initial_state(), 0.0
+                while True:
+                    action, state = self.act(obs, state)
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    total += float(reward)
+                    if terminated or truncated:
+                        break
+                returns += list(info["trial"]["returns"]) if "trial" in info else [total]
+        finally:
+            if own:
+                env.close()
+        return returns
+
+    def __repr__(self) -> str:
+        where = self.source.get("checkpoint", "?")
+        return f"Policy({self.kind}, env={self.meta['cfg'].get('env')}, state_size={self.state_size}, from {where})"

@@ -1,0 +1,218 @@
+"""A trained policy out of its run: as an npz that numpy alone runs (appo/inference/policy_file.py), as ONNX with the
+recurrent state as an explicit input and output, or as TorchScript.
+
+    python -m appo.export --experiment=NAME --format=npz|onnx|torchscript [--checkpoint=latest|best|PATH]
+                          [--policy_index=0] [--out=FILE] [--train_dir=train_dir]
+
+ONNX and TorchScript graphs compute the deterministic action (the Gaussian's mean, the most likely discrete action,
+SAC's tanh(mean) in the env's box) from (obs [B, *obs_shape], rnn_state [B, S]) -> (action, rnn_state); S is 1 and
+the state passes through for a feed-forward policy. Clipping to the action box is the caller's, as for the engine.
+Both carry the policy file's meta (the run's cfg, spaces, source) as JSON: ONNX in its metadata_props under
+`appo_meta`, TorchScript as the extra file `appo_meta.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appo.inference.policy_file import write_policy_file
+from utils.paths import cfg_path, checkpoint_dir
+
+FORMATS = ("npz", "onnx", "torchscript")
+SUFFIXES = {"npz": ".npz", "onnx": ".onnx", "torchscript": ".pt"}
+
+
+class ExportError(Exception):
+    """A problem the user can fix; one line, printed as `error: ...` with exit status 2."""
+
+
+def find_checkpoint(path: str | Path, checkpoint: str = "latest", policy_index: int = 0) -> tuple[Path, Path]:
+    """(run dir, checkpoint file) for `path`: a run dir (its policy `policy_index`'s latest or best checkpoint, or
+    the file `checkpoint` names) or a checkpoint file inside a run (train_dir/NAME/checkpoint_p0/*.pth)."""
+    from appo.learning.checkpoint import find_best, list_checkpoints
+
+    path = Path(path)
+    if path.is_file():
+        run = path.parent.parent
+        if not cfg_path(run).is_file():
+            raise ExportError(f"{path}: not inside a run (no {cfg_path(run)})")
+        return run, path
+    if not cfg_path(path).is_file():
+        raise ExportError(f"{path}: not a run directory (no cfg.json), a checkpoint or an .npz export")
+    if checkpoint not in ("latest", "best"):
+        file = Path(checkpoint)
+        if not file.is_file():
+            raise ExportError(f"--checkpoint={checkpoint}: no such file (or pass latest or best)")
+        return path, file
+    ckpt_dir = checkpoint_dir(path, policy_index)
+    found = find_best(ckpt_dir) if checkpoint == "best" else (list_checkpoints(ckpt_dir) or [None])[-1]
+    if found is None:
+        raise ExportError(f"{ckpt_dir}: no {checkpoint} checkpoint")
+    return path, found
+
+
+def load_run_policy(run: Path, ckpt: Path) -> tuple[Any, Any, dict[str, Any], tuple[Any, Any]]:
+    """(cfg, torch model with the checkpoint's weights, the checkpoint, (obs space, action space))."""
+    from appo.config.cfg import make_cfg, read_saved_cfg
+    from appo.learning.checkpoint import load_checkpoint
+    from appo.models.registry import make_model
+    from envs import make_run_env
+
+    cfg = make_cfg(read_saved_cfg(cfg_path(run)))
+    try:
+        state = load_checkpoint(ckpt)
+    except Exception as exc:  # truncated, corrupted, refused by weights_only
+        raise ExportError(f"{ckpt}: cannot load ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
+    env = make_run_env(cfg)
+    spaces = (env.observation_space, env.action_space)
+    env.close()
+    model = make_model(cfg, *spaces)
+    try:
+        model.load_state_dict(state["model"])
+    except (KeyError, RuntimeError) as exc:
+        raise ExportError(f"{ckpt}: does not fit the model of {cfg_path(run)}") from exc
+    return cfg, model.eval(), state, spaces
+
+
+def policy_parts(run: Path, ckpt: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray], Any]:
+    """What a policy file holds (meta, numpy state, action bounds) for a run's checkpoint, and the torch model."""
+    import gymnasium as gym
+
+    from appo.config.cfg import cfg_to_dict
+    from appo.models.numpy_ops import numpy_description
+
+    cfg, model, state, (obs_space, action_space) = load_run_policy(run, ckpt)
+    description = numpy_description(model)
+    if description is None:
+        raise ExportError(f"{ckpt}: {type(model).__qualname__} has no numpy pass (appo/inference/)")
+    arrays: dict[str, np.ndarray] = {}
+    if isinstance(action_space, gym.spaces.Discrete):
+        action = {"type": "Discrete", "n": int(action_space.n)}
+    else:
+        action = {"type": "Box", "shape": list(action_space.shape)}
+        arrays = {"action/low": action_space.low, "action/high": action_space.high}
+    meta = {
+        "model": description,
+        "cfg": cfg_to_dict(cfg),
+        "observation_shape": list(obs_space.shape),
+        "action": action,
+        "source": {
+            "checkpoint": str(ckpt),
+            "version": int(state.get("version", state.get("iteration", 0)) or 0),
+            "env_steps": int(state.get("env_steps", 0) or 0),
+        },
+    }
+    numpy_state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    return meta, numpy_state, arrays, model
+
+
+def deterministic_graph(model: Any) -> Any:
+    """A torch module (obs, rnn_state) -> (deterministic action, rnn_state) for tracing."""
+    import torch
+
+    class Deterministic(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, obs: torch.Tensor, rnn_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            if not hasattr(self.model, "act"):  # MAML's policy: forward gives (mean, log_std)
+                return self.model(obs)[0], rnn_state
+            out = self.model.act(obs, rnn_state, deterministic=True)
+            return out.actions, out.rnn_states
+
+    return Deterministic().eval()
+
+
+def example_inputs(meta: dict[str, Any], batch: int = 1) -> tuple[Any, Any]:
+    import torch
+
+    from appo.protocol.buffers import rnn_state_size
+
+    cfg = meta["cfg"]
+    size = rnn_state_size(argparse.Namespace(**cfg))
+    return torch.zeros(batch, *meta["observation_shape"]), torch.zeros(batch, size)
+
+
+def export(run: Path, ckpt: Path, fmt: str, out: Path) -> Path:
+    """Write the policy of `ckpt` (of run `run`) to `out` in format `fmt`; returns `out`."""
+    import torch
+
+    meta, numpy_state, arrays, model = policy_parts(run, ckpt)
+    if fmt == "npz":
+        return write_policy_file(out, meta, numpy_state, arrays)
+    meta_json = json.dumps(meta)
+    graph = deterministic_graph(model)
+    inputs = example_inputs(meta, batch=2)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer and legacy-exporter notices: the checks below are the test
+            if fmt == "torchscript":
+                traced = torch.jit.trace(graph, inputs, check_trace=False)
+                torch.jit.save(traced, str(tmp), _extra_files={"appo_meta.json": meta_json})
+            else:
+                _export_onnx(graph, inputs, tmp, meta_json)
+        tmp.replace(out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _export_onnx(graph: Any, inputs: tuple[Any, Any], path: Path, meta_json: str) -> None:
+    import torch
+
+    try:
+        import onnx
+    except ImportError as exc:
+        raise ExportError("--format=onnx needs the onnx extra: pip install 'appo[onnx]'") from exc
+    batch = {0: "batch"}
+    torch.onnx.export(
+        graph,
+        inputs,
+        str(path),
+        dynamo=False,  # the TorchScript-based exporter: no onnxscript needed, recurrent cells export as ops
+        input_names=["obs", "rnn_state"],
+        output_names=["action", "rnn_state_out"],
+        dynamic_axes={"obs": batch, "rnn_state": batch, "action": batch, "rnn_state_out": batch},
+        opset_version=17,
+    )
+    proto = onnx.load(str(path))
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = "appo_meta", meta_json
+    onnx.save(proto, str(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m appo.export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--experiment", required=True, help="the run's name under --train_dir")
+    parser.add_argument("--train_dir", default="train_dir", help="root folder of runs (default: train_dir)")
+    parser.add_argument("--format", default="npz", help=f"one of {', '.join(FORMATS)} (default: npz)")
+    parser.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint file")
+    parser.add_argument("--policy_index", type=int, default=0, help="which policy of the run (default: 0)")
+    parser.add_argument("--out", default="", help="output file (default: train_dir/NAME/export/policy_p<i>.<ext>)")
+    args = parser.parse_args(argv)
+    try:
+        if args.format not in FORMATS:
+            raise ExportError(f"--format={args.format}: must be one of {', '.join(FORMATS)}")
+        run, ckpt = find_checkpoint(Path(args.train_dir) / args.experiment, args.checkpoint, args.policy_index)
+        out = Path(args.out) if args.out else run / "export" / f"policy_p{args.policy_index}{SUFFIXES[args.format]}"
+        export(run, ckpt, args.format, out)
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(f"wrote {out} ({args.format}, from {ckpt})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

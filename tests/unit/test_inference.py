@@ -1,0 +1,181 @@
+"""A trained policy outside the engine (appo/inference/): `Policy` acts as the torch model does, for every model
+kind the engine trains (actor-critic MLP / GRU / LSTM / separate value trunk, Discrete and Box, SAC's squashed
+Gaussian, MAML's Gaussian MLP, the command policy); an npz policy file reads back bit for bit; importing appo and
+acting from an npz never imports torch; bad files give one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import appo
+from appo.config.cfg import Cfg
+from appo.inference.policy import Policy
+from appo.inference.policy_file import PolicyFileError, read_policy_file, write_policy_file
+from appo.models.numpy_ops import numpy_description
+from appo.models.registry import make_model
+from appo.protocol.buffers import rnn_state_size
+
+ROOT = Path(__file__).resolve().parents[2]
+OBS = gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)
+BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+CASES = {
+    "mlp_box": (Cfg(), BOX),
+    "mlp_discrete": (Cfg(nonlinearity="relu"), gym.spaces.Discrete(4)),
+    "gru": (Cfg(use_rnn=True, rnn_size=16), BOX),
+    "lstm": (Cfg(use_rnn=True, rnn_type="lstm", rnn_size=16, nonlinearity="elu"), gym.spaces.Discrete(3)),
+    "value_trunk": (Cfg(separate_value_trunk=True), BOX),
+    "sac": (Cfg(algo="sac", actor_mlp_layers=[32, 32]), gym.spaces.Box(-2.0, 2.0, (3,), np.float32)),
+    "maml": (Cfg(algo="maml_trpo", maml_mlp_layers=[32, 32]), BOX),
+    "command_box": (Cfg(algo="udrl", command_mlp_layers=[32, 32]), BOX),
+    "command_discrete": (Cfg(algo="rcp_r", command_mlp_layers=[32, 32]), gym.spaces.Discrete(4)),
+}
+
+
+def trained_like(cfg: Cfg, action_space: gym.Space, seed: int = 0) -> torch.nn.Module:
+    """A model of the run's kind with weights moved off their initialisation and, where there is one, a
+    normaliser that has seen data (and past the warm-up of models that have one)."""
+    torch.manual_seed(seed)
+    obs_space = OBS
+    if cfg.command_dims:
+        obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS.shape[0] + cfg.command_dims,), np.float32)
+    model = make_model(cfg, obs_space, action_space).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+        if getattr(model, "obs_normalizer", None) is not None:
+            model.obs_normalizer.update(torch.randn(500, *obs_space.shape, dtype=torch.float64) * 3 + 1)
+        if hasattr(model, "updates"):
+            model.updates.fill_(7)
+    return model
+
+
+def as_policy(model: torch.nn.Module, cfg: Cfg, action_space: gym.Space, obs_dim: int) -> Policy:
+    """The Policy that appo.tools.export.policy_parts makes of a run's model, here without a run."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        action, arrays = {"type": "Discrete", "n": int(action_space.n)}, {}
+    else:
+        action = {"type": "Box", "shape": list(action_space.shape)}
+        arrays = {"action/low": action_space.low, "action/high": action_space.high}
+    meta = {
+        "model": numpy_description(model),
+        "cfg": {"env": "test", "seed": 0},
+        "observation_shape": [obs_dim],
+        "action": action,
+    }
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    return Policy(meta, state, arrays)
+
+
+def torch_step(model, cfg, obs: np.ndarray, rnn: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    if not hasattr(model, "act"):  # MAML's policy: its forward gives (mean, log_std)
+        with torch.no_grad():
+            return model(torch.from_numpy(obs))[0].numpy(), rnn
+    out = model.act(torch.from_numpy(obs), rnn, deterministic=True)
+    return out.actions.numpy(), out.rnn_states
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_policy_acts_as_the_torch_model(case: str):
+    cfg, action_space = CASES[case]
+    model = trained_like(cfg, action_space)
+    obs_dim = OBS.shape[0] + cfg.command_dims
+    policy = as_policy(model, cfg, action_space, obs_dim)
+    assert policy.state_size == (rnn_state_size(cfg) if cfg.use_rnn else 0)
+    rng = np.random.default_rng(1)
+    batch = (rng.standard_normal((8, obs_dim)) * 3).astype(np.float32)
+    rnn = torch.zeros(8, rnn_state_size(cfg))
+    state = policy.initial_state(8)
+    for _ in range(5):  # several steps: the recurrent state is carried
+        expected, rnn = torch_step(model, cfg, batch, rnn)
+        actions, state = policy.act(batch, state)
+        if isinstance(action_space, gym.spaces.Discrete):
+            assert actions.dtype == np.int64 and actions.shape == (8,)
+            np.testing.assert_array_equal(actions, expected[:, 0])
+        else:
+            assert actions.shape == (8, 3)
+            np.testing.assert_allclose(actions, np.clip(expected, action_space.low, action_space.high), atol=1e-5)
+        if cfg.use_rnn:
+            np.testing.assert_allclose(state, rnn.numpy(), atol=1e-5)
+        else:
+            assert state is None
+        batch = (batch + rng.standard_normal(batch.shape).astype(np.float32)).astype(np.float32)
+    # One observation: the same action as its row of a batch, an int for Discrete, the state of one env.
+    one, one_state = policy.act(batch[0], None if state is None else policy.initial_state())
+    many, _ = policy.act(batch, policy.initial_state(8))
+    if isinstance(action_space, gym.spaces.Discrete):
+        assert isinstance(one, int) and one == many[0]
+    else:
+        np.testing.assert_allclose(one, many[0], atol=1e-6)
+    assert (one_state is None) == (not cfg.use_rnn)
+
+
+def test_wrong_observation_shape_is_a_clear_error():
+    cfg, space = CASES["mlp_box"]
+    policy = as_policy(trained_like(cfg, space), cfg, space, 6)
+    with pytest.raises(ValueError, match=r"observation of shape \(4,\): the policy takes \(6,\)"):
+        policy.act(np.zeros(4))
+
+
+def export_npz(tmp_path: Path, case: str) -> tuple[Path, Policy, np.ndarray]:
+    cfg, space = CASES[case]
+    model = trained_like(cfg, space)
+    policy = as_policy(model, cfg, space, 6)
+    arrays = {} if policy.discrete else {"action/low": space.low, "action/high": space.high}
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    path = write_policy_file(tmp_path / f"{case}.npz", policy.meta, state, arrays)
+    obs = np.random.default_rng(5).standard_normal((16, 6)).astype(np.float32)
+    return path, policy, obs
+
+
+@pytest.mark.parametrize("case", ["gru", "mlp_discrete"])
+def test_npz_file_reads_back_bit_for_bit(tmp_path: Path, case: str):
+    path, policy, obs = export_npz(tmp_path, case)
+    loaded = appo.load_policy(path)
+    a, s = policy.act(obs, policy.initial_state(16))
+    b, t = loaded.act(obs, loaded.initial_state(16))
+    np.testing.assert_array_equal(a, b)
+    if s is not None:
+        np.testing.assert_array_equal(s, t)
+    meta, state, _ = read_policy_file(path)
+    assert meta["model"] == policy.meta["model"] and "encoder.0.weight" in state
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_npz_policy_runs_without_torch(tmp_path: Path):
+    """A process where `import torch` fails: `import appo`, load the npz, act; the actions are the torch
+    process's."""
+    path, policy, obs = export_npz(tmp_path, "gru")
+    np.save(tmp_path / "obs.npy", obs)
+    expected, _ = policy.act(obs, policy.initial_state(16))
+    script = (
+        "import sys; sys.modules['torch'] = None\n"  # any import of torch now raises
+        "import numpy as np, appo\n"
+        f"p = appo.load_policy({str(path)!r})\n"
+        f"a, s = p.act(np.load({str(tmp_path / 'obs.npy')!r}), p.initial_state(16))\n"
+        f"np.save({str(tmp_path / 'actions.npy')!r}, a)\n"
+        "assert not any(m == 'torch' or m.startswith('torch.') for m in sys.modules if sys.modules[m] is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "actions.npy"), expected)
+
+
+def test_bad_policy_files_are_one_line_errors(tmp_path: Path):
+    (tmp_path / "junk.npz").write_bytes(b"not a zip file")
+    np.savez(tmp_path / "foreign.npz", x=np.zeros(3))
+    with pytest.raises(PolicyFileError, match=r"junk\.npz: not a readable \.npz"):
+        appo.load_policy(tmp_path / "junk.npz")
+    with pytest.raises(PolicyFileError, match=r"foreign\.npz: not an appo policy file"):
+        appo.load_policy(tmp_path / "foreign.npz")
+    with pytest.raises(ValueError, match=r"missing\.npz: no such file"):
+        appo.load_policy(tmp_path / "missing.npz")
+    with pytest.raises(ValueError, match="not a run directory"):
+        appo.load_policy(tmp_path)
