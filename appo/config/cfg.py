@@ -161,7 +161,15 @@ class RayCfg:
 
 
 @dataclass
-class Cfg(RunCfg, SamplingCfg, LearningCfg, *flag_groups(), ModelCfg, MetaCfg, EvalCfg, PbtCfg, RayCfg):  # type: ignore[misc]
+class TrackingCfg:
+    with_wandb: bool = _f(False, "mirror the summaries into Weights & Biases, a run per policy (.[wandb] extra)")
+    wandb_project: str = _f("appo", "--with_wandb: the wandb project")
+    wandb_group: str = _f("", "--with_wandb: the group of the run's wandb runs; empty: the experiment name")
+    wandb_tags: str = _f("", "--with_wandb: comma-separated tags of the wandb runs")
+
+
+@dataclass
+class Cfg(RunCfg, SamplingCfg, LearningCfg, *flag_groups(), ModelCfg, MetaCfg, EvalCfg, PbtCfg, RayCfg, TrackingCfg):  # type: ignore[misc]
     """The whole configuration of a run: every flag, flat (each algorithm's own flags included)."""
 
     # What envs/ needs to know of the run's algorithm, read from its spec (envs/ imports nothing from appo).
@@ -189,6 +197,7 @@ GROUPS: list[tuple[str, type]] = [
     ("evaluation", EvalCfg),
     ("population-based training", PbtCfg),
     ("ray", RayCfg),
+    ("experiment tracking", TrackingCfg),
 ]
 # Flags that only steer this session and are never taken from a saved cfg.json on resume.
 SESSION_FLAGS = {"train_for_seconds", "serial_mode", "log_level", "device", "learner_devices", "backend", "ray_address"}

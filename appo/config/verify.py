@@ -64,7 +64,7 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(f"--device={cfg.device}: must be auto, cpu, cuda or cuda:N")
     if not cfg.experiment or "/" in cfg.experiment:
         errors.append(f"--experiment={cfg.experiment!r}: must be a non-empty name without '/'")
-    errors += verify_learner_ranks(cfg, d) + verify_backend(cfg)
+    errors += verify_learner_ranks(cfg, d) + verify_backend(cfg) + verify_tracking(cfg)
 
     return errors + verify_pbt(cfg)
 
@@ -89,6 +89,20 @@ def verify_backend(cfg: Cfg) -> list[str]:
     if importlib.util.find_spec("ray") is None:
         errors.append("--backend=ray: Ray is not installed; pip install -e '.[ray]'")
     return errors
+
+
+def verify_tracking(cfg: Cfg) -> list[str]:
+    """--with_wandb: wandb must import (the run imports it anyway); nothing is imported without the flag."""
+    if not cfg.with_wandb:
+        return []
+    if not cfg.wandb_project:
+        return ["--wandb_project='': --with_wandb needs a project name"]
+    try:
+        import wandb  # noqa: F401
+    except ImportError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [f"--with_wandb: cannot import wandb ({reason}); pip install 'appo[wandb]'"]
+    return []
 
 
 def verify_or_exit(cfg: Cfg) -> None:

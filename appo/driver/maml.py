@@ -200,6 +200,11 @@ def run(cfg: Cfg) -> int:
     _threads = limit_threads(1)
     from tensorboardX import SummaryWriter
 
+    writer = SummaryWriter(str(summaries_dir(exp_dir, 0)), flush_secs=10)
+    if cfg.with_wandb:  # every scalar into the policy's wandb run too (appo/driver/tracking.py)
+        from appo.driver.tracking import mirror_writers
+
+        writer = mirror_writers([writer], cfg, exp_dir)[0]
     received: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -208,7 +213,6 @@ def run(cfg: Cfg) -> int:
     previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     maml = MamlRun(cfg)
     maml.resume()
-    writer = SummaryWriter(str(summaries_dir(exp_dir, 0)), flush_secs=10)
     start, last_save, status, tested = time.monotonic(), time.monotonic(), 0, -1
     try:
         maml.start()

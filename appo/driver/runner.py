@@ -48,7 +48,7 @@ class Driver:
         # runs from its next episode; assigners of the driver's (an algorithm's schedule of tasks) write here.
         self.channel = channel
         self.stats = Stats(cfg.num_policies)
-        self.writers = SummaryWriters(exp_dir / "summaries", cfg.num_policies)
+        self.writers = SummaryWriters(exp_dir / "summaries", cfg.num_policies, cfg)
         self.start = time.monotonic()
         self.last_report = self.start
         self.last_status = self.start

@@ -170,12 +170,17 @@ def eval_line(report: EvalReport) -> str:
 
 
 class SummaryWriters:
-    """One tensorboard run per policy under summaries/<policy_id>/."""
+    """One tensorboard run per policy under summaries/<policy_id>/; under --with_wandb each writer also logs every
+    scalar into its policy's wandb run (appo/driver/tracking.py)."""
 
-    def __init__(self, summaries_root: Path, num_policies: int) -> None:
+    def __init__(self, summaries_root: Path, num_policies: int, cfg: Any = None) -> None:
         from tensorboardX import SummaryWriter
 
         self.writers = [SummaryWriter(str(summaries_root / str(pid)), flush_secs=10) for pid in range(num_policies)]
+        if cfg is not None and cfg.with_wandb:
+            from appo.driver.tracking import mirror_writers  # wandb is imported only then
+
+            self.writers = mirror_writers(self.writers, cfg, summaries_root.parent)
 
     def write(self, stats: Stats) -> None:
         fps = stats.fps(FPS_WINDOWS[0])
@@ -206,6 +211,7 @@ class SummaryWriters:
             if len(stats.policies) > 1:
                 for key, value in p.hparams.items():
                     writer.add_scalar(f"hparams/{key}", value, step)
+            writer.flush()  # this report's rows out (wandb: one row per env step)
 
     @staticmethod
     def write_eval(writer: Any, report: EvalReport) -> None:
