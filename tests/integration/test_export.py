@@ -178,7 +178,8 @@ def enjoy_returns(run: Path, episodes: int) -> list[str]:
 
 @pytest.mark.timeout(600)
 def test_npz_policy_in_a_virtualenv_without_torch(tmp_path_factory):
-    """numpy + gymnasium[mujoco] (MuJoCo and imageio; the versions here) in a fresh virtualenv, the project on PYTHONPATH."""
+    """numpy + gymnasium[mujoco] (MuJoCo, imageio; the versions here) in a fresh virtualenv, the project on
+    PYTHONPATH."""
     tmp = tmp_path_factory.mktemp("numpy_only")
     train_dir = tmp / "train_dir"
     cartpole = train_cli(train_dir, "cartpole", env="CartPole-v1")
