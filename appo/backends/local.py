@@ -15,10 +15,12 @@ from appo.backends.plan import plan
 from appo.backends.supervision import Supervisor
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
+from appo.models.numpy_ops import numpy_description
 from appo.models.registry import make_model
 from appo.protocol.messages import Stop
 from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import spawn_context, stop_processes
+from appo.protocol.shared_views import for_actor_process
 from appo.protocol.wiring import Queues, actor_inbox, close_all, policy_queue, send, wire
 from utils.logging import log
 from utils.paths import checkpoint_dir
@@ -66,6 +68,8 @@ class LocalBackend:
         self.topology = plan(cfg)
         template = make_model(cfg, *spaces)
         self.params = [ParamStore(template) for _ in range(cfg.num_policies)]
+        # What acting actor workers build their numpy passes from (appo/inference/).
+        self.description = numpy_description(template) if self.topology.actors_act else None
         self.queues: Queues = wire(cfg.num_workers, cfg.num_policies)
         self.sup: Supervisor | None = None
         self.links: list[Any] = []  # per policy, with several learner ranks: what its ranks share
@@ -113,10 +117,14 @@ class LocalBackend:
         from appo.sampling.actor_worker import run_actor_worker
 
         cfg, q = self.cfg, self.queues
-        acting = (self.params, self.spaces) if self.topology.actors_act else ()
+        acting = (self.params, self.description) if self.topology.actors_act else ()
         assert self.sup is not None
         for w in self.topology.actors:
-            args_of = lambda inc, w=w: (cfg, self.derived, w, self.buffers, self.control, inc, q, *acting)  # noqa: E731
+            # Shared tensors as numpy arrays and the stores as ParamViews: the worker never imports torch (unless
+            # torch shares memory by file name here: then the tensors travel as they are).
+            def args_of(inc: int, w: int = w) -> tuple:
+                return for_actor_process((cfg, self.derived, w, self.buffers, self.control, inc, q, *acting))
+
             self.sup.add("actors", f"actor_worker_{w}", run_actor_worker, args_of, True)
 
     def start_learner_ranks(self, p: int) -> None:

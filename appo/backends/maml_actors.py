@@ -92,6 +92,8 @@ class ActorPool:
         return make_model(self.actor_cfg, *self.spaces)  # type: ignore[return-value]
 
     def start(self) -> None:
+        from appo.models.numpy_ops import numpy_description
+        from appo.protocol.shared_views import for_actor_process
         from appo.sampling.actor_worker import ActorWorker, run_actor_worker
         from appo.sampling.policy_worker import make_policy_workers
 
@@ -109,17 +111,11 @@ class ActorPool:
         start_timeout = cfg.worker_start_timeout
         self.sup = Supervisor(spawn_context(), heartbeats, q, cfg.worker_stuck_timeout, start_timeout=start_timeout)
         for w in range(cfg.num_workers):
-            args_of = lambda inc, w=w: (  # noqa: E731
-                cfg,
-                derived,
-                w,
-                self.buffers,
-                self.control,
-                inc,
-                q,
-                self.params,
-                self.spaces,
-            )
+            args = (cfg, derived, w, self.buffers, self.control, 0, q, self.params, numpy_description(self.scratch))
+
+            def args_of(inc: int, args: tuple = args) -> tuple:
+                return for_actor_process((*args[:5], inc, *args[6:]))  # no torch in the worker
+
             self.sup.add("actors", f"actor_worker_{w}", run_actor_worker, args_of, True)
 
     def publish(self, weight_set: int, params: Params) -> None:

@@ -26,7 +26,7 @@ def evaluation_interval(cfg: Cfg) -> int:
 
 
 def plan(cfg: Cfg) -> Topology:
-    from appo.sampling.policy_worker import actors_act
+    from appo.sampling.inference import actors_act
 
     acting = actors_act(cfg)
     shared = cfg.shared_policy_workers and cfg.num_policies > 1

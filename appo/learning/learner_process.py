@@ -144,6 +144,10 @@ def learner_loop(learner: Learner, queues: Queues, link: RankLink | None = None)
         trainer.stop(queues)
     if trainer.failure:
         raise explained(trainer.failure[0], learner, link)
+    if not learner.ranks.is_distributed:
+        # PBT messages that came after the last iteration: the final checkpoint holds what the driver decided
+        # (a CopyPolicy still hands its snapshot on; a target that has stopped already never loads it).
+        send(learner.apply_pbt(), queues)
     learner.save()
     if link is not None:
         for rank_inbox in link.inboxes[1:]:

@@ -17,22 +17,27 @@ ActionsReady reply.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from appo.algorithms.registry import algorithm_spec
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
+from appo.protocol.shared_views import numpy_views
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: actor workers import this module without it
+    import torch
+
+__all__ = ["numpy_views"]  # (re-exported: shared arrays as numpy, appo/protocol/shared_views.py)
 
 POISON = -42.42
 
 
 class TensorSpec(NamedTuple):
     shape: tuple[int, ...]  # per slot, after the leading slot dimension
-    dtype: torch.dtype
+    dtype: Any  # a torch.dtype
 
 
 def rnn_state_size(cfg: Cfg) -> int:
@@ -44,6 +49,8 @@ def rnn_state_size(cfg: Cfg) -> int:
 
 def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, TensorSpec]:
     """The table of every trajectory tensor: name -> (per-slot shape, dtype)."""
+    import torch
+
     T = cfg.rollout
     if isinstance(action_space, gym.spaces.Discrete):
         action = TensorSpec((T, 1), torch.int64)
@@ -81,6 +88,8 @@ def actor_fields(
     the weight set that acted (appo/protocol/control.py), and (given the observation space) `final_obs`: the observation
     the env returned at a step that ended its episode, which obs[t + 1] does not hold (it is the next episode's
     first); written only at those steps, poison elsewhere."""
+    import torch
+
     T = cfg.rollout
     fields = {
         "task_ids": TensorSpec((T,), torch.int64),
@@ -98,6 +107,8 @@ def allocate_trajectories(
     cfg: Cfg, derived: Derived, obs_space: gym.Space, action_space: gym.Space
 ) -> dict[str, torch.Tensor]:
     """Allocate every trajectory tensor in shared memory, poison-filled (ints get -1)."""
+    import torch
+
     tensors = {}
     for name, spec in trajectory_spec(cfg, obs_space, action_space).items():
         fill = POISON if spec.dtype.is_floating_point else -1
@@ -132,11 +143,6 @@ def worker_envs(cfg: Cfg, derived: Derived, worker_idx: int) -> slice:
     return slice(first_env(cfg, derived, worker_idx), first_env(cfg, derived, worker_idx + 1))
 
 
-def numpy_views(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """numpy views on the same shared memory (the actor's hot loop is numpy)."""
-    return {name: tensor.numpy() for name, tensor in tensors.items()}
-
-
 def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
     """Small shared arrays for supervision, outside the trajectory table:
     - heartbeats [num_workers] float64: wall time of each actor worker's last loop (0 before its first);
@@ -149,6 +155,8 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
     - assignments [num_envs_total, 3] int64: the control channel (appo/protocol/control.py), every cell free;
     - commands [num_envs_total, 2] float32: the control channel's commands (reward-conditioned policies), NaN;
     - episode_seeds [num_envs_total, 2] int64: the control channel's episode seeds (episodic runs), -1."""
+    import torch
+
     from appo.protocol.control import allocate_assignments, allocate_commands, allocate_episode_seeds
 
     num_groups = derived.num_splits_total * derived.slot_groups_per_split

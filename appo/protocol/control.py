@@ -30,12 +30,14 @@ algorithms.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import torch
 
 from appo.config.cfg import Cfg
+
+if TYPE_CHECKING:  # the tables are made and written where torch is (the driver); actor workers read them as numpy
+    import torch
 
 POLICY, TASK, WEIGHTS = 0, 1, 2
 COLUMNS = 3
@@ -50,6 +52,8 @@ class Assignment(NamedTuple):
 
 def allocate_assignments(num_envs_total: int) -> torch.Tensor:
     """The channel's shared table, every cell FREE."""
+    import torch
+
     return torch.full((num_envs_total, COLUMNS), FREE, dtype=torch.int64).share_memory_()
 
 
@@ -58,12 +62,16 @@ COMMAND_DIMS = 2  # columns of the command table: desired return-to-go, desired 
 
 def allocate_commands(num_envs_total: int) -> torch.Tensor:
     """The channel's shared command table, every row NaN (no command)."""
+    import torch
+
     return torch.full((num_envs_total, COMMAND_DIMS), float("nan"), dtype=torch.float32).share_memory_()
 
 
 def set_commands(commands: torch.Tensor, command: list[float], envs: list[int] | None = None) -> None:
     """From their next episode on, `envs` (global env indices; None: all) start from `command` (its first
     dims; NaN: none)."""
+    import torch
+
     values = torch.full((COMMAND_DIMS,), float("nan"))
     values[: len(command)] = torch.as_tensor(command, dtype=torch.float32)
     commands[slice(None) if envs is None else envs] = values
@@ -71,6 +79,8 @@ def set_commands(commands: torch.Tensor, command: list[float], envs: list[int] |
 
 def allocate_episode_seeds(num_envs_total: int) -> torch.Tensor:
     """The channel's shared episode-seed table, every cell -1 (no seed)."""
+    import torch
+
     return torch.full((num_envs_total, 2), FREE, dtype=torch.int64).share_memory_()
 
 
@@ -93,6 +103,8 @@ class ControlChannel:
         for env in rows:
             if not 0 <= env < self.table.shape[0]:
                 raise ValueError(f"control channel: env {env} is not in 0..{self.table.shape[0] - 1}")
+        import torch
+
         self.table[rows] = torch.tensor(list(assignment), dtype=torch.int64)
 
     def release(self, envs: int | list[int]) -> None:

@@ -15,6 +15,8 @@ import time
 import torch
 from torch import nn
 
+from appo.protocol.shared_views import ParamViews, SharedArray
+
 
 class ParamStore:
     def __init__(self, template: nn.Module) -> None:
@@ -30,6 +32,20 @@ class ParamStore:
                 self.state[name].copy_(value.detach(), non_blocking=False)
             self.version[0] = version
             self.sequence += 1
+
+    def numpy_views(self) -> ParamViews:
+        """This store for a process without torch (appo/protocol/shared_views.py): the same shared memory."""
+        return ParamViews(
+            {k: SharedArray(v) for k, v in self.state.items()}, SharedArray(self.version), SharedArray(self.sequence)
+        )
+
+    def pull_state(self, patience: float = 5.0) -> tuple[int, dict]:
+        """As ParamViews.pull_state: (version, the published state dict as numpy copies)."""
+        return self.numpy_views_here().pull_state(patience)
+
+    def numpy_views_here(self) -> ParamViews:
+        """ParamViews over this process's own tensors (no pickling involved)."""
+        return ParamViews({k: v.numpy() for k, v in self.state.items()}, self.version.numpy(), self.sequence.numpy())
 
     def current_version(self) -> int:
         # Read through a numpy view of the shared counter: a policy worker asks every store at each step (an

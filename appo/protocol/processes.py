@@ -1,10 +1,12 @@
 """Process lifecycle: the spawn context, what every child does first (name, signals, thread limits,
 affinity, logging), how a child's failure reaches the driver, and how the driver stops them all.
 
-On a 2-core machine oversubscription is the enemy: every child runs torch and BLAS with one thread."""
+On a 2-core machine oversubscription is the enemy: every child runs torch and BLAS with one thread. Actor workers
+acting in numpy never import torch (appo/protocol/shared_views.py), so nothing here imports it at module level."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -13,8 +15,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import torch.multiprocessing as torch_mp
-
 from appo.config.cfg import Cfg, experiment_dir
 from appo.protocol.messages import ErrorReport
 from utils.logging import init_logging, log
@@ -22,16 +22,19 @@ from utils.paths import log_path
 
 
 def spawn_context() -> Any:
-    # spawn, not fork: a forked child would inherit the driver's threads and CUDA state.
-    return torch_mp.get_context("spawn")
+    # spawn, not fork: a forked child would inherit the driver's threads and CUDA state. torch's pickling of shared
+    # tensors for the children that take them is registered when torch is imported (the driver imports it).
+    return multiprocessing.get_context("spawn")
 
 
 def limit_threads(num_threads: int = 1) -> Any:
-    """Limit torch, OpenMP and BLAS threads of this process; returns the threadpoolctl handle to keep."""
-    import torch
+    """Limit torch (where this process imported it), OpenMP and BLAS threads of this process; returns the
+    threadpoolctl handle to keep."""
     from threadpoolctl import threadpool_limits
 
-    torch.set_num_threads(num_threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(num_threads)
     return threadpool_limits(limits=num_threads)
 
 

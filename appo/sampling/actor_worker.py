@@ -3,10 +3,15 @@
 `ActorWorker` is the component (plain object, driven by the process loop below or by --serial_mode);
 `run_actor_worker` is the thin process shell: start up, loop over the inbox, shut down.
 
-With --actor_inference (feed-forward and recurrent models), the worker holds its own policy-worker components
+With --actor_inference (feed-forward and recurrent models), the worker holds its own inference components
 and answers its splits' InferenceRequests itself: one numpy pass over all its envs per round, no queue hop and
 no policy worker process. Requests and replies are the same messages either way, and so are the writes (rnn
 states included); they just never leave.
+
+The process never imports torch: the driver hands it the shared tensors as numpy arrays and the weight stores as
+ParamViews (appo/protocol/shared_views.py), and it acts with numpy passes built from the model's description
+(appo/sampling/inference.py NumpyInference). Serial mode hands `ActorWorker` torch policy-worker components
+instead; the component does not care which.
 """
 
 from __future__ import annotations
@@ -16,17 +21,16 @@ import time
 from functools import partial
 from typing import Any
 
-import torch
+import numpy as np
 
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
-from appo.protocol.buffers import numpy_views
 from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
-from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import component_main
+from appo.protocol.shared_views import ParamViews, numpy_views
 from appo.protocol.wiring import Queues, actor_inbox, send
 from appo.sampling.env_runner import EnvRunner
-from appo.sampling.policy_worker import PolicyWorker, make_policy_workers
+from appo.sampling.inference import Inference, make_numpy_inference
 from envs import make_run_env
 from utils.timing import Timing
 
@@ -40,12 +44,13 @@ class ActorWorker:
         cfg: Cfg,
         derived: Derived,
         worker_idx: int,
-        buffers: dict[str, torch.Tensor],
-        control: dict[str, torch.Tensor] | None = None,
+        buffers: dict[str, Any],
+        control: dict[str, Any] | None = None,
         incarnation: int = 0,
-        inference: list[PolicyWorker] | None = None,
+        inference: list[Inference] | None = None,
     ) -> None:
-        """`inference`: policy-worker components to answer this worker's requests in-process (or None)."""
+        """`buffers`, `control`: shared tensors or numpy arrays over them. `inference`: components to answer this
+        worker's requests in-process (or None)."""
         self.cfg, self.worker_idx = cfg, worker_idx
         self.inference = {w.policy_id: w for w in inference or []}
         self.pending: list[InferenceRequest] = []  # requests to answer here at the next act_locally
@@ -188,21 +193,22 @@ def run_actor_worker(
     cfg: Cfg,
     derived: Derived,
     worker_idx: int,
-    buffers: dict[str, torch.Tensor],
-    control: dict[str, torch.Tensor],
+    buffers: dict[str, np.ndarray],
+    control: dict[str, np.ndarray],
     incarnation: int,
     queues: Queues,
-    params: list[ParamStore] | None = None,
-    spaces: tuple[Any, Any] | None = None,
+    params: list[ParamViews] | None = None,
+    description: dict[str, Any] | None = None,
 ) -> None:
-    """Process entry point of actor worker `worker_idx` (its `incarnation`-th start). Given every policy's
-    `params`, it acts for its own envs (on the CPU)."""
+    """Process entry point of actor worker `worker_idx` (its `incarnation`-th start); its arguments as
+    appo/protocol/shared_views.py for_numpy_process makes them. Given every policy's `params` and the model's
+    `description`, it acts for its own envs (numpy, on the CPU)."""
 
     def body() -> None:
         inference = None
         if params is not None:
             stream = 1000 + worker_idx  # apart from policy worker processes' streams
-            inference = make_policy_workers(cfg, derived, buffers, params, spaces, "cpu", control, stream)
+            inference = make_numpy_inference(cfg, buffers, params, description, control, stream)
         worker = ActorWorker(cfg, derived, worker_idx, buffers, control, incarnation, inference)
         try:
             actor_worker_loop(worker, queues)

@@ -1,8 +1,8 @@
 """Policy worker: batched inference for one policy. Drains every pending InferenceRequest, gathers the
 observations of all those splits from the shared trajectory tensors, runs one forward pass on the
 device, and scatters actions, log-probs, values, rnn states and the weights version back into the same
-slots; then answers each split with ActionsReady. New weights are pulled whenever the learner's
-version moved.
+slots; then answers each split with ActionsReady (appo/sampling/inference.py). New weights are pulled whenever
+the learner's version moved.
 
 `PolicyWorker` is the component; `run_policy_worker` the process shell.
 """
@@ -16,24 +16,25 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.algorithms.registry import algorithm_spec
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
-from appo.models.actor_critic_numpy import NumpyPolicy, NumpyPolicyStack
 from appo.models.device import to_device, to_numpy
 from appo.models.numpy_ops import FastPolicy, make_numpy_policy
 from appo.models.registry import make_model
-from appo.protocol.buffers import numpy_views
-from appo.protocol.messages import ActionsReady, InferenceRequest, Stop
+from appo.protocol.messages import InferenceRequest, Stop
 from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import component_main
 from appo.protocol.wiring import Queues, policy_queue, send
-from utils.timing import Timing
+from appo.sampling.inference import Inference, actors_act, inference_layout, pass_seed
+
+__all__ = ["PolicyWorker", "actors_act", "make_policy_workers", "run_policy_worker"]
 
 
-class PolicyWorker:
+class PolicyWorker(Inference):
     """Serves policy `policy_id`, or every policy when `params` holds one store per policy (shared policy
-    workers: a request then covers all the envs of a split, and `slot_policy` says which policy each runs)."""
+    workers: a request then covers all the envs of a split, and `slot_policy` says which policy each runs). Torch
+    models on `device`, pulled from the stores; on the CPU with --numpy_inference they act through their numpy
+    passes (appo/sampling/inference.py has the gather, act and scatter)."""
 
     def __init__(
         self,
@@ -48,126 +49,28 @@ class PolicyWorker:
         stream: int = 0,
     ) -> None:
         """`stream` tells apart the random streams of several instances (policy workers, acting actors)."""
-        self.cfg, self.policy_id, self.device = cfg, policy_id, device
-        self.np_buf = numpy_views(buffers)
-        self.stores = params if isinstance(params, list) else [params]
-        self.policies = list(range(len(self.stores))) if isinstance(params, list) else [policy_id]
-        self.models = [make_model(cfg, *spaces).to(device).eval() for _ in self.stores]
-        self.versions = [-1] * len(self.stores)
-        self.fast: list[FastPolicy | None] = [
-            make_numpy_policy(m, device, cfg.seed * 1009 + policy_id * 101 + k + stream * 7919)
-            if cfg.numpy_inference
-            else None
+        self.device = device
+        stores = params if isinstance(params, list) else [params]
+        self.models = [make_model(cfg, *spaces).to(device).eval() for _ in stores]
+        fast: list[FastPolicy | None] = [
+            make_numpy_policy(m, device, pass_seed(cfg, policy_id, k, stream)) if cfg.numpy_inference else None
             for k, m in enumerate(self.models)
         ]
-        self.slot_policy = control["slot_policy"].numpy() if control is not None and len(self.stores) > 1 else None
-        # Serving a population on the numpy path: one pass over the stacked weights of every policy.
-        members = [f for f in self.fast if type(f) is NumpyPolicy]
-        stackable = self.slot_policy is not None and len(members) == len(self.fast)
-        self.stack = NumpyPolicyStack(members, cfg.seed * 1009 + 7 + stream * 7919) if stackable else None
-        # Episodic runs (MAML): one pass per request, so that a row's actions come from a batch of the same shape
-        # however requests happen to arrive (one worker or four give the same bits), acting with the rollout's noise.
-        self.per_request = algorithm_spec(cfg.algo).episodic
-        # The rollout's own action noise (a trajectory field the algorithm asks for) is handed to a numpy pass that
-        # acts with given noise; asking for the field with a model whose pass cannot is a configuration error.
-        self.has_noise = "action_noise" in self.np_buf
-        if self.has_noise and any(f is None or not f.takes_noise for f in self.fast):
-            raise ValueError(f"--algo={cfg.algo}: its rollouts carry action noise, which its model's pass cannot take")
-        self.timing = Timing()
+        super().__init__(cfg, policy_id, buffers, stores, isinstance(params, list), fast, control, stream)
 
-    @property
-    def version(self) -> int:
-        return self.versions[0]
+    def pull(self, k: int) -> int:
+        version = self.stores[k].pull(self.models[k])
+        if self.fast[k] is not None:
+            self.fast[k].load(self.models[k])
+        return version
 
-    def maybe_pull_weights(self) -> None:
-        pulled = False
-        for k, store in enumerate(self.stores):
-            if store.current_version() != self.versions[k]:
-                with self.timing.add_time("weight_sync"):
-                    self.versions[k] = store.pull(self.models[k])
-                    if self.fast[k] is not None:
-                        self.fast[k].load(self.models[k])
-                pulled = True
-        if pulled and self.stack is not None:
-            with self.timing.add_time("weight_sync"):
-                self.stack.restack()
-
-    def infer(self, requests: list[InferenceRequest]) -> list[Any]:
-        """Act for every request (one pass per policy, or one stacked numpy pass for a population); returns
-        the ActionsReady replies."""
-        if not requests:
-            return []
-        self.maybe_pull_weights()
-        if self.slot_policy is None:
-            # A request covers consecutive slots at one time index (plain slices), or some of them when a
-            # split's envs run several policies (an index array).
-            spans = [(_slots(r), r.t) for r in requests]
-            self._forward(0, spans, [r.num_envs for r in requests])
-        else:
-            for batch in [[r] for r in requests] if self.per_request else [requests]:
-                slots = np.concatenate([_slots_array(r) for r in batch])
-                ts = np.concatenate([np.full(r.num_envs, r.t) for r in batch])
-                owner = self.slot_policy[slots]
-                if self.stack is not None:
-                    self._forward_stacked(slots, ts, owner)
-                else:
-                    for k in np.unique(owner):
-                        mine = owner == k
-                        self._forward(int(k), [(slots[mine], ts[mine])], [int(mine.sum())])
-        pid = self.policy_id
-        return [ActionsReady(r.worker_idx, r.split_idx, r.first_slot, r.t, r.incarnation, pid) for r in requests]
-
-    def _forward(self, k: int, spans: list[tuple[Any, Any]], counts: list[int]) -> None:
-        """Gather the observations and rnn states at t of `spans` (slots, time index), act with model k, write
-        actions, log-probs, values and versions at t and the next rnn states at t + 1. The env runner zeroes the
-        states at t + 1 of envs whose episode ended at t after it has this reply, so a reset wins over this write."""
-        buf = self.np_buf
-        fast = self.fast[k]
-        recurrent = self.cfg.use_rnn
-        with self.timing.add_time("gather"):
-            obs = np.concatenate([buf["obs"][s, t] for s, t in spans]) if len(spans) > 1 else buf["obs"][spans[0]]
-            # torch's act takes the (placeholder) states even without a core; numpy's only with one.
-            use_states = recurrent or fast is None
-            rnn = np.concatenate([buf["rnn_states"][s, t] for s, t in spans]) if use_states else None
-        with self.timing.add_time("forward"), torch.inference_mode():
-            if fast is not None and self.has_noise:
-                noise = np.concatenate([buf["action_noise"][s, t] for s, t in spans])
-                actions, log_probs, values, rnn_out = fast.act(obs, rnn, noise=noise)
-            elif fast is not None:
-                actions, log_probs, values, rnn_out = fast.act(obs, rnn)
-            else:
-                out = self.models[k].act(to_device(obs, self.device), to_device(rnn, self.device))
-                actions, log_probs, values = to_numpy(out.actions), to_numpy(out.log_probs), to_numpy(out.values)
-                rnn_out = to_numpy(out.rnn_states) if recurrent else None
-        with self.timing.add_time("scatter"):
-            start = 0
-            for (s, t), n in zip(spans, counts, strict=True):
-                end = start + n
-                buf["actions"][s, t] = actions[start:end]
-                buf["log_probs"][s, t] = log_probs[start:end]
-                buf["values"][s, t] = values[start:end]
-                buf["policy_versions"][s, t] = self.versions[k]
-                if recurrent:
-                    buf["rnn_states"][s, t + 1] = rnn_out[start:end]
-                start = end
-
-    def _forward_stacked(self, slots: np.ndarray, ts: np.ndarray, owner: np.ndarray) -> None:
-        """Every policy's envs in one stacked numpy pass; each slot gets its own policy's version. Reads and
-        writes as `_forward`: rnn states from t, the next ones into t + 1."""
-        buf = self.np_buf
-        recurrent = self.cfg.use_rnn
-        with self.timing.add_time("gather"):
-            obs = buf["obs"][slots, ts]
-            rnn = buf["rnn_states"][slots, ts] if recurrent else None
-        with self.timing.add_time("forward"):
-            actions, log_probs, values, rnn_out = self.stack.act(obs, owner, rnn)
-        with self.timing.add_time("scatter"):
-            buf["actions"][slots, ts] = actions
-            buf["log_probs"][slots, ts] = log_probs
-            buf["values"][slots, ts] = values
-            buf["policy_versions"][slots, ts] = np.asarray(self.versions)[owner]
-            if recurrent:
-                buf["rnn_states"][slots, ts + 1] = rnn_out
+    def act(self, k: int, obs: np.ndarray, rnn: np.ndarray | None) -> tuple[Any, ...]:
+        if self.fast[k] is not None:
+            return super().act(k, obs, rnn)
+        with torch.inference_mode():
+            out = self.models[k].act(to_device(obs, self.device), to_device(rnn, self.device))
+        rnn_out = to_numpy(out.rnn_states) if self.cfg.use_rnn else None
+        return to_numpy(out.actions), to_numpy(out.log_probs), to_numpy(out.values), rnn_out
 
 
 def make_policy_workers(
@@ -181,31 +84,14 @@ def make_policy_workers(
     stream: int = 0,
 ) -> list[PolicyWorker]:
     """The policy-worker components that answer every request of a run: one serving all policies (shared
-    policy workers) or every weight set (more `params` than policies: an episodic run's), else one per policy."""
-    if (cfg.shared_policy_workers and cfg.num_policies > 1) or len(params) > cfg.num_policies:
-        return [PolicyWorker(cfg, derived, 0, buffers, params, spaces, device, control, stream)]
+    policy workers) or every weight set (more `params` than policies: an episodic run's), else one per policy
+    (appo/sampling/inference.py inference_layout)."""
     return [
-        PolicyWorker(cfg, derived, p, buffers, params[p], spaces, device, stream=stream)
-        for p in range(cfg.num_policies)
+        PolicyWorker(
+            cfg, derived, p, buffers, params if every else params[p], spaces, device, control if every else None, stream
+        )
+        for p, every in inference_layout(cfg, len(params))
     ]
-
-
-def actors_act(cfg: Cfg) -> bool:
-    """Whether actor workers act for their own envs (--actor_inference with --numpy_inference: numpy on the CPU,
-    feed-forward and recurrent models alike), so that no policy worker process runs."""
-    return cfg.actor_inference and cfg.numpy_inference and not cfg.serial_mode
-
-
-def _slots(r: InferenceRequest) -> slice | np.ndarray:
-    if r.envs is None:
-        return slice(r.first_slot, r.first_slot + r.num_envs)
-    return r.first_slot + np.asarray(r.envs)
-
-
-def _slots_array(r: InferenceRequest) -> np.ndarray:
-    if r.envs is None:
-        return np.arange(r.first_slot, r.first_slot + r.num_envs)
-    return r.first_slot + np.asarray(r.envs)
 
 
 def policy_worker_loop(worker: PolicyWorker, queues: Queues, heartbeat: Any = None) -> None:

@@ -8,15 +8,18 @@ from dataclasses import replace
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
+from appo.models.numpy_ops import numpy_description
 from appo.models.registry import make_model
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views, rnn_state_size
 from appo.protocol.messages import InferenceRequest, TrajectoryReady
 from appo.protocol.param_sync import ParamStore
 from appo.sampling.actor_worker import ActorWorker
+from appo.sampling.inference import make_numpy_inference
 from appo.sampling.policy_worker import PolicyWorker, actors_act, make_policy_workers
 from tests.unit.test_population import split_cfg
 
@@ -40,11 +43,15 @@ def torch_act(model, obs: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, n
     return out.values.numpy(), out.rnn_states.numpy()
 
 
-def run_actor(num_policies: int, shared: bool, rnn_type: str | None = None, episode_steps: int = 0) -> None:
+def run_actor(
+    num_policies: int, shared: bool, rnn_type: str | None = None, episode_steps: int = 0, numpy_only: bool = False
+) -> None:
     """Two rollouts of an actor worker's two splits of 4 CartPole envs, acting in the worker: every env's written
     value (and, with `rnn_type`, next state) is its own policy's torch model's on the inputs in the buffers, and
     each step's input state is what the env's previous step handed on, or zero after its episode (cut at most
-    `episode_steps` long) ended, within a rollout and across into the next rollout's slot group."""
+    `episode_steps` long) ended, within a rollout and across into the next rollout's slot group. `numpy_only`: the
+    actor's components are what an actor worker process runs (NumpyInference over numpy arrays and ParamViews,
+    from the model's description), not torch policy-worker components."""
     cfg = replace(split_cfg(num_policies, shared), worker_num_splits=2)  # two splits of 4 envs
     if rnn_type is not None:
         cfg = replace(cfg, use_rnn=True, rnn_type=rnn_type, rnn_size=8, max_episode_steps=episode_steps)
@@ -53,9 +60,17 @@ def run_actor(num_policies: int, shared: bool, rnn_type: str | None = None, epis
     views = numpy_views(bufs)
     versions = [10 * (p + 1) for p in range(num_policies)]
     stores = published_stores(cfg, versions)
-    inference = make_policy_workers(cfg, d, bufs, stores, SPACES, "cpu", control, stream=1000)
-    actor = ActorWorker(cfg, d, 0, bufs, control, 0, inference)
-    models = {p: m for w in inference for p, m in zip(w.policies, w.models, strict=True)}
+    if numpy_only:
+        description = numpy_description(make_model(cfg, *SPACES))
+        params = [store.numpy_views_here() for store in stores]
+        inference = make_numpy_inference(cfg, views, params, description, numpy_views(control), stream=1000)
+        actor = ActorWorker(cfg, d, 0, views, numpy_views(control), 0, inference)
+        models = {p: make_model(cfg, *SPACES) for p in range(num_policies)}
+        assert [store.pull(models[p]) for p, store in enumerate(stores)] == versions
+    else:
+        inference = make_policy_workers(cfg, d, bufs, stores, SPACES, "cpu", control, stream=1000)
+        actor = ActorWorker(cfg, d, 0, bufs, control, 0, inference)
+        models = {p: m for w in inference for p, m in zip(w.policies, w.models, strict=True)}
     assert all(f is not None for w in inference for f in w.fast), "every policy acts in numpy"
     assert all(w.stack is not None for w in inference if len(w.policies) > 1), "a population in one stacked pass"
     try:
@@ -108,23 +123,31 @@ def run_actor(num_policies: int, shared: bool, rnn_type: str | None = None, epis
         actor.close()
 
 
-def test_an_actor_acts_for_its_own_envs():
-    run_actor(1, shared=False)
+# numpy_only: as an actor worker process acts (no torch); else with torch policy-worker components (serial mode).
+NUMPY_ONLY = pytest.mark.parametrize("numpy_only", [True, False], ids=["numpy_only", "torch_components"])
 
 
-def test_an_actor_acts_for_a_population_with_each_envs_own_policy():
-    run_actor(3, shared=True)
-    run_actor(2, shared=False)
+@NUMPY_ONLY
+def test_an_actor_acts_for_its_own_envs(numpy_only: bool):
+    run_actor(1, shared=False, numpy_only=numpy_only)
 
 
-def test_a_recurrent_actor_acts_for_its_own_envs():
-    run_actor(1, shared=False, rnn_type="gru", episode_steps=3)  # resets inside rollouts
-    run_actor(1, shared=False, rnn_type="lstm", episode_steps=4)  # resets at rollouts' last steps
+@NUMPY_ONLY
+def test_an_actor_acts_for_a_population_with_each_envs_own_policy(numpy_only: bool):
+    run_actor(3, shared=True, numpy_only=numpy_only)
+    run_actor(2, shared=False, numpy_only=numpy_only)
 
 
-def test_a_recurrent_actor_acts_for_a_population_with_each_envs_own_policy():
-    run_actor(2, shared=True, rnn_type="gru", episode_steps=3)  # one stacked pass
-    run_actor(2, shared=False, rnn_type="gru", episode_steps=4)  # one pass per policy
+@NUMPY_ONLY
+def test_a_recurrent_actor_acts_for_its_own_envs(numpy_only: bool):
+    run_actor(1, shared=False, rnn_type="gru", episode_steps=3, numpy_only=numpy_only)  # resets inside rollouts
+    run_actor(1, shared=False, rnn_type="lstm", episode_steps=4, numpy_only=numpy_only)  # resets at the last steps
+
+
+@NUMPY_ONLY
+def test_a_recurrent_actor_acts_for_a_population_with_each_envs_own_policy(numpy_only: bool):
+    run_actor(2, shared=True, rnn_type="gru", episode_steps=3, numpy_only=numpy_only)  # one stacked pass
+    run_actor(2, shared=False, rnn_type="gru", episode_steps=4, numpy_only=numpy_only)  # one pass per policy
 
 
 def test_acting_in_actors_is_for_numpy_models():
