@@ -42,7 +42,7 @@ class Policy:
         description = meta["model"]
         if description.get("kind") not in PASSES:
             raise ValueError(f"model kind {description.get('kind')!r} has no numpy pass; known: {', '.join(PASSES)}")
-        self.meta = meta
+        self.meta, self.state, self.arrays, self.seed = meta, state, arrays, seed
         self.net = PASSES[description["kind"]](description, seed)
         self.net.load_state(state)
         self.observation_shape = tuple(meta["observation_shape"])
@@ -114,7 +114,8 @@ class Policy:
     # --- the env it was trained on ------------------------------------------------------------------------------
     def make_env(self, render_mode: str | None = None, task: int | None = None) -> Any:
         """The run's env as enjoy.py builds it: for a task family over the held-out test tasks, trials of the
-        run's length, tasks drawn with the run's seed (or always test task `task`); a reward-conditioned policy's
+        run's length, tasks drawn with the run's seed (or always test task `task`; for a run without a schedule,
+        MAML-TRPO's, test task `task` of the family's seeded split, as its meta-test); a reward-conditioned policy's
         env starts its episodes from the saved command. Needs the env's packages (MuJoCo ...), not torch."""
         from envs import make_run_env, trial_length
 
@@ -129,6 +130,11 @@ class Policy:
                 env.schedule = TaskSchedule(tests, trial_length(cfg), cfg.seed)
             else:
                 env.schedule = SequenceSchedule([tests[task]], trial_length(cfg))
+        elif task is not None:  # a run without a schedule (MAML-TRPO's): held-out test task `task` of the family
+            from envs.tasks import task_family, task_split
+
+            tests = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)[1]
+            task_family(env).set_task(tests[task])
         if self.command is not None:
             env.get_wrapper_attr("set_default_command")(self.command)
         return env
@@ -156,6 +162,40 @@ class Policy:
             if own:
                 env.close()
         return returns
+
+    # --- MAML: adaptation to a task ------------------------------------------------------------------------------
+    def collect(self, env: Any, episodes: int, seed: int | None = None) -> list[dict[str, np.ndarray]]:
+        """Sampled episodes on `env` (feed-forward policies) as `adapt` takes them: obs, actions as sampled (the env
+        gets them clipped to its box), rewards; the first reset with `seed`."""
+        out = []
+        for i in range(episodes):
+            obs, _ = env.reset(seed=seed if i == 0 else None)
+            record: dict[str, list] = {"obs": [], "actions": [], "rewards": []}
+            while True:
+                x = np.asarray(obs, dtype=np.float32)[None]
+                raw = self.net.act(x, None, deterministic=False).actions
+                obs, reward, terminated, truncated, _ = env.step(self._env_actions(raw)[0])
+                record["obs"].append(x[0])
+                record["actions"].append(raw[0])
+                record["rewards"].append(float(reward))
+                if terminated or truncated:
+                    break
+            out.append({k: np.asarray(v) for k, v in record.items()})
+        return out
+
+    def adapt(self, episodes: list[dict[str, np.ndarray]], steps: int | None = None, lr: float | None = None) -> Policy:
+        """MAML-TRPO's policy after its adaptation step on one task's `episodes` (`collect`): a new Policy.
+        `steps` and `lr` default to the run's --num_inner_steps and --fast_lr (appo/inference/maml_adapt.py)."""
+        if self.kind != GaussianMlpPass.kind:
+            raise ValueError(f"adapt: a {self.kind} policy has no adaptation step (MAML-TRPO's policies do)")
+        from appo.inference.maml_adapt import adapt
+
+        cfg = self.cfg
+        steps = cfg.num_inner_steps if steps is None else steps
+        lr = cfg.fast_lr if lr is None else lr
+        activation = self.meta["model"]["activation"]
+        state = adapt(self.state, activation, episodes, lr, steps, cfg.gamma, cfg.gae_lambda)
+        return Policy(self.meta, state, self.arrays, self.seed)
 
     def __repr__(self) -> str:
         where = self.source.get("checkpoint", "?")

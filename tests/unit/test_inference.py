@@ -179,3 +179,66 @@ def test_bad_policy_files_are_one_line_errors(tmp_path: Path):
         appo.load_policy(tmp_path / "missing.npz")
     with pytest.raises(ValueError, match="not a run directory"):
         appo.load_policy(tmp_path)
+
+
+@pytest.mark.parametrize("activation, steps", [("tanh", 1), ("relu", 2)])
+def test_maml_adapt_in_numpy_is_the_meta_learners(activation: str, steps: int):
+    """Policy.adapt (numpy, hand-written gradients) against MamlTrpo.adapted (torch autograd) on ragged episodes."""
+    from appo.algorithms.maml.algorithm import Episodes, MamlTrpo
+
+    cfg = Cfg(algo="maml_trpo", maml_mlp_layers=[16, 16], maml_nonlinearity=activation, num_inner_steps=steps)
+    model = trained_like(cfg, BOX)
+    policy = as_policy(model, cfg, BOX, 6)
+    policy.meta["cfg"].update(num_inner_steps=steps, fast_lr=cfg.fast_lr, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda)
+    rng = np.random.default_rng(3)
+    episodes = [
+        {
+            "obs": rng.standard_normal((n, 6)).astype(np.float32),
+            "actions": rng.standard_normal((n, 3)).astype(np.float32),
+            "rewards": rng.standard_normal(n).astype(np.float32),
+        }
+        for n in (20, 13, 20, 7)
+    ]
+    adapted = policy.adapt(episodes)
+    T = 20
+    padded = {k: np.zeros((4, T, *episodes[0][k].shape[1:]), np.float32) for k in ("obs", "actions", "rewards")}
+    mask = np.zeros((4, T), np.float32)
+    for i, e in enumerate(episodes):
+        n = len(e["rewards"])
+        for k in padded:
+            padded[k][i, :n] = e[k]
+        mask[i, :n] = 1.0
+    batch = Episodes(*(torch.from_numpy(padded[k]) for k in ("obs", "actions", "rewards")), torch.from_numpy(mask))
+    expected = MamlTrpo(cfg, model).adapted(batch)
+    moved = 0.0
+    for name, value in expected.items():
+        np.testing.assert_allclose(adapted.state[name], value.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+        moved = max(moved, float(np.abs(value.numpy() - policy.state[name]).max()))
+    assert moved > 1e-3  # the step did move the parameters
+    obs = rng.standard_normal((5, 6)).astype(np.float32)
+    assert not np.allclose(adapted.act(obs)[0], policy.act(obs)[0])
+    with pytest.raises(ValueError, match="has no adaptation step"):
+        as_policy(trained_like(*CASES["mlp_box"]), Cfg(), BOX, 6).adapt(episodes)
+
+
+def test_maml_policy_adapts_on_a_held_out_task_of_its_run():
+    """make_env(task=k) for a run without a schedule is test task k of the run's split (as MAML's meta-test draws
+    it); collect + adapt there give a policy that acts otherwise."""
+    from envs import make_env
+    from envs.tasks import task_family, task_split
+
+    cfg = Cfg(env="navigation2d", algo="maml_trpo", task_schedule="none", maml_mlp_layers=[8])
+    space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    torch.manual_seed(0)
+    model = make_model(cfg, gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), space)
+    policy = as_policy(model, cfg, space, 2)
+    policy.meta["cfg"] = {"env": "navigation2d", "algo": "maml_trpo", "task_schedule": "none", "seed": 4}
+    env = policy.make_env(task=3)
+    expected = task_split(make_env("navigation2d"), Cfg.num_train_tasks, Cfg.num_test_tasks, 4)[1][3]
+    assert task_family(env).get_task() == expected
+    episodes = policy.collect(env, 4, seed=0)
+    assert len(episodes) == 4 and all(len(e["rewards"]) == len(e["obs"]) == len(e["actions"]) for e in episodes)
+    adapted = policy.adapt(episodes)
+    obs = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
+    assert not np.allclose(adapted.act(obs)[0], policy.act(obs)[0])
+    env.close()
