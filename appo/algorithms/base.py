@@ -98,6 +98,10 @@ class Algorithm:
         # steers the
         # actors (a reward-conditioned policy's commands) writes the control channel there. None in a unit test.
         self.control: dict[str, Tensor] | None = None
+        # How much of the run's budget is used when the batch being trained was taken (appo/config/derive.py
+        # budget_fraction: env steps, seconds or iterations, whichever is furthest); set by the learner before each
+        # update, for schedules.
+        self.budget_used = 0.0
 
     def set_ranks(self, ranks: Ranks) -> None:
         """Train together with the other ranks of `ranks` (after the checkpoint is loaded: DDP starts every rank

@@ -85,7 +85,11 @@ class LearningCfg:
     value_bootstrap: bool = _f(True, "bootstrap from V(s) at time-limit truncation instead of treating it as death")
     max_grad_norm: float = _f(4.0, "global gradient norm clip; 0 disables")
     learning_rate: float = _f(1e-4, "Adam learning rate")
-    lr_schedule: str = _f("constant", "constant or linear_decay (to 0 at train_for_env_steps)")
+    lr_schedule: str = _f(
+        "constant",
+        "constant or linear_decay (to 0 at the end of the run: whichever of train_for_env_steps, "
+        "train_for_seconds, train_for_iterations ends it)",
+    )
     adam_eps: float = _f(1e-6, "Adam epsilon")
     adam_beta1: float = _f(0.9, "Adam beta1")
     adam_beta2: float = _f(0.999, "Adam beta2")

@@ -93,6 +93,17 @@ def learner_threads(cfg: Cfg, cores: int | None = None) -> int:
     return max(1, min(4, cores - busy))
 
 
+def budget_fraction(cfg: Cfg, env_steps: int, version: int, seconds: float) -> float:
+    """How much of the run's budget is used: the largest of env steps over --train_for_env_steps, seconds of this
+    session over --train_for_seconds and iterations over --train_for_iterations (where set), so that a schedule
+    (--lr_schedule=linear_decay) ends with whichever budget ends the run. An unset budget (its huge default)
+    contributes next to nothing."""
+    fractions = [env_steps / cfg.train_for_env_steps, seconds / cfg.train_for_seconds]
+    if cfg.train_for_iterations > 0:
+        fractions.append(version / cfg.train_for_iterations)
+    return max(fractions)
+
+
 def resolve_device(cfg: Cfg) -> str:
     if cfg.device != "auto":
         return cfg.device

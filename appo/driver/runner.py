@@ -256,6 +256,8 @@ def run(cfg: Cfg) -> int:
     control = allocate_control(cfg, derived)
     backend = backend_class(cfg)(cfg, derived, exp_dir, spaces, device, buffers, control)
     driver = Driver(cfg, exp_dir, control_channel(cfg, control, num_tasks))
+    # The learners' clock for --train_for_seconds (their schedules): the driver's, which stops the run.
+    control["session_start"][0] = time.time() - (time.monotonic() - driver.start)
     # Signals are caught from before the first child starts: a SIGTERM during start-up stops cleanly too.
     received: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum)) for s in STOP_SIGNALS}

@@ -37,6 +37,8 @@ class Batch(NamedTuple):
     # Env steps counted up to and including this batch when it was taken: the clock of the learning-rate
     # schedule, the same on every learner rank (-1: not set, the learner's count when it trains).
     env_steps_total: int = -1
+    # Seconds of the session when it was taken (rank 0's clock, the same on every rank; -1: not set).
+    seconds: float = -1.0
 
 
 class Taken(NamedTuple):

@@ -22,7 +22,7 @@ from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.ranks import Ranks
 from appo.algorithms.registry import algorithm_class, algorithm_spec
 from appo.config.cfg import Cfg
-from appo.config.derive import Derived
+from appo.config.derive import Derived, budget_fraction
 from appo.config.pbt import initial_hparams, policy_hparams
 from appo.learning.batcher import Batch, Batcher, within_lag
 from appo.learning.checkpoint import load_checkpoint, load_latest, save_best, save_checkpoint, save_snapshot
@@ -73,6 +73,9 @@ class Learner:
         self.guard = NonFiniteGuard(policy_id, ranks=self.ranks)
         self.algorithm: Algorithm = algo_cls(cfg, derived, self.model, device, self.guard)
         self.algorithm.control = control
+        # The session's clock (--train_for_seconds): the driver's start where it stamped one, else this learner's.
+        self.session_start = control.get("session_start") if control is not None else None
+        self.created = time.monotonic()
         if replay_factory is not None and spec.replay_shards:
             # A replay the backend keeps elsewhere (--backend=ray: Ray actors that rollout actors fill), built by the
             # factory the backend handed over: `replay_factory(capacity, device)`.
@@ -109,7 +112,7 @@ class Learner:
             from appo.learning.shards import ShardingBatcher
 
             assert link is not None, "rank 0 of several learner ranks needs their RankLink"
-            self.batcher = ShardingBatcher(self.batcher, link, policy_id)  # type: ignore[assignment]
+            self.batcher = ShardingBatcher(self.batcher, link, policy_id, self.session_seconds)  # type: ignore
         self.handlers = {
             TrajectoryReady: self.batcher.add,
             ReturnSummary: self._on_return_summary,
@@ -290,7 +293,13 @@ class Learner:
             batch = self.batcher.take(self.version, self.max_policy_lag)
         self.env_steps += batch.env_steps
         self.dropped += batch.dropped
-        return batch._replace(env_steps_total=self.env_steps)
+        seconds = batch.seconds if batch.seconds >= 0 else self.session_seconds()
+        return batch._replace(env_steps_total=self.env_steps, seconds=seconds)
+
+    def session_seconds(self) -> float:
+        """Seconds since this session's start (the driver's, where it stamped one in the control arrays)."""
+        start = float(self.session_start[0]) if self.session_start is not None else 0.0
+        return time.time() - start if start > 0 else time.monotonic() - self.created
 
     # --- training -----------------------------------------------------------------------------------
     @property
@@ -309,9 +318,11 @@ class Learner:
         if n_global > 0 and not self.cfg.sampler_only:
             began = time.monotonic()
             with self.timing.add_time("train"):
-                # The learning-rate schedule's clock: the env steps counted when the batch was taken (the same on
-                # every rank, whenever each trains).
+                # The schedules' clock: the env steps and seconds counted when the batch was taken (the same on
+                # every rank, whenever each trains); the budget used is the largest fraction of any budget.
                 steps = batch.env_steps_total if batch.env_steps_total >= 0 else self.env_steps
+                seconds = batch.seconds if batch.seconds >= 0 else self.session_seconds()
+                self.algorithm.budget_used = budget_fraction(self.cfg, steps, self.version, seconds)
                 stats = self.algorithm.update(tensors, steps)
             stats["train_seconds"] = time.monotonic() - began
             stats["learner_samples_per_sec"] = n_global * T / max(stats["train_seconds"], 1e-9)

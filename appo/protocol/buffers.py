@@ -154,7 +154,9 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
       groups that no learner holds;
     - assignments [num_envs_total, 3] int64: the control channel (appo/protocol/control.py), every cell free;
     - commands [num_envs_total, 2] float32: the control channel's commands (reward-conditioned policies), NaN;
-    - episode_seeds [num_envs_total, 2] int64: the control channel's episode seeds (episodic runs), -1."""
+    - episode_seeds [num_envs_total, 2] int64: the control channel's episode seeds (episodic runs), -1;
+    - session_start [1] float64: wall time (time.time()) this session's budget counts from, set by the driver (0:
+      not set), the clock of --train_for_seconds in learners' schedules."""
     import torch
 
     from appo.protocol.control import allocate_assignments, allocate_commands, allocate_episode_seeds
@@ -170,6 +172,7 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
         "assignments": allocate_assignments(derived.num_envs_total),
         "commands": allocate_commands(derived.num_envs_total),
         "episode_seeds": allocate_episode_seeds(derived.num_envs_total),
+        "session_start": torch.zeros(1, dtype=torch.float64).share_memory_(),
     }
 
 

@@ -178,6 +178,7 @@ class ShardReady(NamedTuple):
     batch_idx: int
     slots: tuple[int, ...]
     env_steps: int
+    seconds: float = -1.0  # of the session when rank 0 took the batch: the schedules' clock on every rank
 
 
 class ErrorReport(NamedTuple):

@@ -141,8 +141,8 @@ class PPO(Algorithm):
 
     def _set_learning_rate(self, env_steps: int) -> float:
         lr = self.cfg.learning_rate
-        if self.cfg.lr_schedule == "linear_decay":
-            lr *= max(1.0 - env_steps / self.cfg.train_for_env_steps, 0.0)
+        if self.cfg.lr_schedule == "linear_decay":  # to 0 at the end of whichever budget ends the run
+            lr *= max(1.0 - self.budget_used, 0.0)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
