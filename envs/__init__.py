@@ -176,6 +176,8 @@ _PROJECT_ENV_CLASSES: dict[str, tuple[str, str]] = {
     "half_cheetah_vel": ("envs.half_cheetah", "HalfCheetahVelEnv"),
     "half_cheetah_dir": ("envs.half_cheetah", "HalfCheetahDirEnv"),
     "navigation2d": ("envs.navigation2d", "Navigation2DEnv"),
+    "humanoid_dir": ("envs.humanoid", "HumanoidDirEnv"),
+    "lunar_lander_wind": ("envs.lunar_lander_wind", "LunarLanderWindEnv"),
 }
 for _name, (_module, _class_name) in _PROJECT_ENV_CLASSES.items():
     PROJECT_ENVS[_name] = partial(_project_env, _module, _class_name)

@@ -67,7 +67,15 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 
 
 # Project meta-task families (envs/__init__.py): the MuJoCo ones train like their base robots.
-MUJOCO_PROJECT_ENVS = ("ant_dir", "ant_dir2d", "ant_vel", "ant_goal", "half_cheetah_vel", "half_cheetah_dir")
+MUJOCO_PROJECT_ENVS = (
+    "ant_dir",
+    "ant_dir2d",
+    "ant_vel",
+    "ant_goal",
+    "half_cheetah_vel",
+    "half_cheetah_dir",
+    "humanoid_dir",  # untuned here (issue 35): the MuJoCo and meta presets as they are
+)
 
 # The Ant families (issue 20): synchronous PPO made the actors wait while the learner trained, and ant_dir trained at
 # half the speed of raw stepping on 2 cores. With --collect_ahead they fill the next iteration meanwhile (policy lag
@@ -172,6 +180,8 @@ def _ppo_preset(env_name: str) -> dict[str, Any]:
         return MUJOCO_PRESET | META_PRESET | (ANT_META_PRESET if env_name.startswith("ant_") else {})
     if env_name == "navigation2d":
         return NAVIGATION2D_PRESET | META_PRESET
+    if env_name == "lunar_lander_wind":  # the meta settings only (untuned, issue 35): PPO's defaults otherwise
+        return dict(META_PRESET)
     base = env_name.split("-")[0]
     if base in MUJOCO_IDS:
         return MUJOCO_PRESET | MUJOCO_FAMILY_PRESETS.get(base, {})
