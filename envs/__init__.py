@@ -60,6 +60,12 @@ def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = No
     return env
 
 
+def env_kwargs(cfg: Any) -> dict[str, Any]:
+    """The constructor keywords that `cfg` gives its env: for a family in `_FAMILY_CFG_KEYS`, each of its cfg
+    keys under the constructor's name (e.g. --num_arms as `num_arms`); empty for every other env."""
+    return {kwarg: getattr(cfg, key) for key, kwarg in _FAMILY_CFG_KEYS.get(cfg.env, {}).items()}
+
+
 def is_task_env(env: gym.Env) -> bool:
     from envs.tasks import TaskFamily
 
@@ -85,7 +91,7 @@ def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: 
     observation augmentation always matches what the policy was trained on. In a run the actor's EnvRunner
     gives every trial its task (`make_task_assigner`, appo/protocol/control.py); the wrapper's own schedule serves
     standalone use (the meta-test, enjoy.py) and sets the trial length. `cfg` is an appo Cfg."""
-    env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode)
+    env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode, **env_kwargs(cfg))
     env = _reward_conditioning(cfg, env)
     if cfg.task_schedule == "none":
         return env
@@ -162,9 +168,10 @@ def _run_schedule(cfg: Any, env: gym.Env, env_idx: int, split: str) -> tuple[lis
 def _project_env(module: str, class_name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:
     """Import `module` (MuJoCo included) only now, build `class_name(**kwargs)` and wrap it in a TimeLimit of
     `max_episode_steps`, or of the class's `default_episode_steps` when that is 0."""
-    env_cls = getattr(importlib.import_module(module), class_name)
-    steps = max_episode_steps if max_episode_steps > 0 else env_cls.default_episode_steps
-    return gym.wrappers.TimeLimit(env_cls(**kwargs), max_episode_steps=steps)
+    env = getattr(importlib.import_module(module), class_name)(**kwargs)
+    # The instance's length: a family may set it from its constructor's arguments (tabular_mdp's episode_steps).
+    steps = max_episode_steps if max_episode_steps > 0 else env.default_episode_steps
+    return gym.wrappers.TimeLimit(env, max_episode_steps=steps)
 
 
 # Meta-task families (envs/tasks.py): name -> (module, class). Registering imports none of those modules.
@@ -176,8 +183,18 @@ _PROJECT_ENV_CLASSES: dict[str, tuple[str, str]] = {
     "half_cheetah_vel": ("envs.half_cheetah", "HalfCheetahVelEnv"),
     "half_cheetah_dir": ("envs.half_cheetah", "HalfCheetahDirEnv"),
     "navigation2d": ("envs.navigation2d", "Navigation2DEnv"),
+    "bandit": ("envs.bandits", "BanditEnv"),
+    "gaussian_bandit": ("envs.bandits", "GaussianBanditEnv"),
+    "tabular_mdp": ("envs.tabular_mdp", "TabularMDPEnv"),
     "humanoid_dir": ("envs.humanoid", "HumanoidDirEnv"),
     "lunar_lander_wind": ("envs.lunar_lander_wind", "LunarLanderWindEnv"),
+}
+# Families whose size comes from the run's flags: cfg key -> constructor keyword (`env_kwargs`).
+_BANDIT_KEYS = {"num_arms": "num_arms"}
+_FAMILY_CFG_KEYS: dict[str, dict[str, str]] = {
+    "bandit": _BANDIT_KEYS,
+    "gaussian_bandit": _BANDIT_KEYS,
+    "tabular_mdp": {"mdp_states": "num_states", "mdp_actions": "num_actions", "mdp_episode_steps": "episode_steps"},
 }
 for _name, (_module, _class_name) in _PROJECT_ENV_CLASSES.items():
     PROJECT_ENVS[_name] = partial(_project_env, _module, _class_name)

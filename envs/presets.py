@@ -182,6 +182,8 @@ def _ppo_preset(env_name: str) -> dict[str, Any]:
         return NAVIGATION2D_PRESET | META_PRESET
     if env_name == "lunar_lander_wind":  # the meta settings only (untuned, issue 35): PPO's defaults otherwise
         return dict(META_PRESET)
+    if env_name in ("bandit", "gaussian_bandit", "tabular_mdp"):  # untuned (issue 35): trials of the paper's n=10
+        return META_PRESET | {"episodes_per_trial": 10}
     base = env_name.split("-")[0]
     if base in MUJOCO_IDS:
         return MUJOCO_PRESET | MUJOCO_FAMILY_PRESETS.get(base, {})

@@ -130,6 +130,10 @@ class MetaCfg:
     num_train_tasks: int = _f(40, "tasks in the train split (finite families use all their tasks)")
     num_test_tasks: int = _f(10, "held-out tasks in the test split")
     meta_test_interval: int = _f(0, "env steps between meta-tests on the held-out tasks; 0 disables")
+    num_arms: int = _f(5, "arms K of --env=bandit and --env=gaussian_bandit (>= 2)")
+    mdp_states: int = _f(10, "states of --env=tabular_mdp")
+    mdp_actions: int = _f(5, "actions of --env=tabular_mdp")
+    mdp_episode_steps: int = _f(10, "steps of a --env=tabular_mdp episode (--max_episode_steps > 0 overrides it)")
 
 
 @dataclass

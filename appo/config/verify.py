@@ -16,6 +16,12 @@ def _positive(cfg: Cfg, names: list[str]) -> list[str]:
     return [f"--{n}={getattr(cfg, n)}: must be > 0" for n in names if getattr(cfg, n) <= 0]
 
 
+def _family_sizes(cfg: Cfg) -> list[str]:
+    """The sizes of the bandit and tabular-MDP families (envs/bandits.py, envs/tabular_mdp.py)."""
+    errors = [f"--num_arms={cfg.num_arms}: a bandit needs at least 2 arms"] if cfg.num_arms < 2 else []
+    return errors + _positive(cfg, ["mdp_states", "mdp_actions", "mdp_episode_steps"])
+
+
 def verify(cfg: Cfg) -> list[str]:
     """Every problem with the cfg, one line each naming the flag, its value and what would be valid."""
     errors = _positive(
@@ -54,6 +60,7 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(str(exc))
     if cfg.save_best_metric == "eval" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
         errors.append("--save_best_metric=eval: needs --eval_interval > 0 (or --meta_test_interval for task envs)")
+    errors += _family_sizes(cfg)
     if cfg.train_for_iterations < 0:
         errors.append(f"--train_for_iterations={cfg.train_for_iterations}: must be >= 0 (0: no limit)")
     if cfg.max_policy_lag < 0:

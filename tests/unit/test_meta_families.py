@@ -1,0 +1,147 @@
+"""The bandit, gaussian_bandit and tabular_mdp families (envs/bandits.py, envs/tabular_mdp.py) and their baselines
+(envs/meta_baselines.py): seeded disjoint splits, rewards that follow the task, RL^2 trials of n pulls, the flags
+reaching the env, and baselines that rank as they should."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from appo.config.cfg import parse_cfg
+from appo.config.verify import verify
+from envs import make_env, make_run_env
+from envs import meta_baselines as mb
+from envs.presets import env_preset
+from envs.tabular_mdp import mdp_arrays, mdp_keys
+from envs.tasks import task_split
+
+NAMES = ("bandit", "gaussian_bandit", "tabular_mdp")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_env_checker(name: str) -> None:
+    check_env(make_env(name).unwrapped, skip_render_check=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_splits_are_seeded_and_disjoint(name: str) -> None:
+    env = make_env(name)
+    train, test = task_split(env, 20, 30, seed=3)
+    assert (train, test) == task_split(env, 20, 30, seed=3)
+    assert task_split(env, 20, 30, seed=4)[1] != test
+    keys = {tuple(sorted(t.items())) for t in train}
+    assert len(keys) == 20 and not keys & {tuple(sorted(t.items())) for t in test}
+
+
+def test_bandit_pays_the_task() -> None:
+    env = make_env("bandit", task={"p0": 1.0, "p1": 0.0, "p2": 0.0, "p3": 0.0, "p4": 0.0})
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(0)
+    assert obs.tolist() == [0.0] and reward == 1.0 and terminated and info["regret"] == 0.0  # one pull, then done
+    assert env.step(1)[1] == 0.0
+    env.unwrapped.set_task({f"p{i}": 0.3 for i in range(5)})
+    rewards = [env.step(2)[1] for _ in range(4000)]
+    assert abs(np.mean(rewards) - 0.3) < 0.03
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        env.unwrapped.set_task({f"p{i}": 1.5 for i in range(5)})
+
+
+def test_gaussian_bandit_pays_the_mean_plus_unit_noise() -> None:
+    env = make_env("gaussian_bandit", num_arms=3, task={"mu0": -2.0, "mu1": 0.5, "mu2": 3.0})
+    env.reset(seed=1)
+    rewards = np.array([env.step(2)[1] for _ in range(4000)])
+    assert abs(rewards.mean() - 3.0) < 0.06 and abs(rewards.std() - 1.0) < 0.05
+    means = np.array([list(t.values()) for t in env.unwrapped.sample_tasks(2000, np.random.default_rng(0))])
+    assert means.shape == (2000, 3) and abs(means.mean()) < 0.05 and abs(means.std() - 1.0) < 0.05
+
+
+def _chain_task(num_states: int = 3, num_actions: int = 2) -> dict[str, float]:
+    """Action 0 pays 5 and moves s -> s + 1 (the last state stays); action 1 pays -1 and stays."""
+    task = dict.fromkeys(mdp_keys(num_states, num_actions), 0.0)
+    for s in range(num_states):
+        task[f"r_{s}_0"], task[f"r_{s}_1"] = 5.0, -1.0
+        task[f"p_{s}_0_{min(s + 1, num_states - 1)}"] = 1.0
+        task[f"p_{s}_1_{s}"] = 1.0
+    return task
+
+
+def test_tabular_mdp_follows_the_task() -> None:
+    task = _chain_task()
+    rewards, moves = mdp_arrays(task)
+    assert rewards.shape == (3, 2) and moves.shape == (3, 2, 3) and np.allclose(moves.sum(-1), 1.0)
+    env = make_env("tabular_mdp", num_states=3, num_actions=2, episode_steps=4, task=task)
+    obs, info = env.reset(seed=0)
+    assert obs.tolist() == [1.0, 0.0, 0.0] and info["state"] == 0
+    states, total = [], []
+    for _ in range(4):
+        obs, reward, terminated, truncated, info = env.step(0)
+        states.append(info["state"])
+        total.append(reward)
+    assert states == [1, 2, 2, 2] and obs.tolist() == [0.0, 0.0, 1.0] and not terminated and truncated
+    assert abs(np.mean(total) - 5.0) < 3.0  # N(5, 1) noise on each
+    sampled = env.unwrapped.sample_tasks(300, np.random.default_rng(0))
+    r = np.stack([mdp_arrays(t)[0] for t in sampled])
+    p = np.stack([mdp_arrays(t)[1] for t in sampled])
+    assert abs(r.mean() - 1.0) < 0.05 and abs(r.std() - 1.0) < 0.05 and np.allclose(p.sum(-1), 1.0)
+    assert abs(p.mean() - 1 / 3) < 0.01 and abs(p.var() - 2 / 36) < 0.005  # Dirichlet(1, 1, 1) marginals
+
+
+def test_flags_reach_the_env_and_are_checked(tmp_path) -> None:
+    base = [f"--train_dir={tmp_path}", "--task_schedule=per_trial", "--task_visibility=hidden"]
+    cfg = parse_cfg(["--env=bandit", "--num_arms=7", "--episodes_per_trial=10", *base])
+    env = make_run_env(cfg)
+    assert env.action_space.n == 7 and env.observation_space.shape == (1 + 7 + 2,)
+    obs, _ = env.reset(seed=0)
+    pulls = 0
+    while True:  # one trial: 10 one-step episodes, the previous pull in the observation
+        obs, reward, terminated, truncated, info = env.step(pulls % 7)
+        pulls += 1
+        assert obs[1 + (pulls - 1) % 7] == 1.0 and obs[-2] == reward and obs[-1] == 1.0
+        if terminated or truncated:
+            break
+    assert pulls == 10 and info["trial"]["lengths"] == [1] * 10 and terminated
+    assert make_run_env(cfg, split="test").reset(seed=0)[0].shape == (10,)
+    cfg = parse_cfg(["--env=tabular_mdp", "--mdp_states=4", "--mdp_actions=3", "--mdp_episode_steps=6", *base])
+    env = make_run_env(cfg)
+    assert env.action_space.n == 3 and env.observation_space.shape == (4 + 3 + 2,)
+    env.reset(seed=0)
+    steps = 0
+    while not any(env.step(0)[2:4]):
+        steps += 1
+    assert steps + 1 == 6 * cfg.episodes_per_trial
+    for name in NAMES:  # the presets make them meta-RL families with the paper's n=10 trials
+        assert env_preset(name)["task_schedule"] == "per_trial" and env_preset(name)["episodes_per_trial"] == 10
+    errors = verify(parse_cfg(["--env=bandit", "--num_arms=1", "--mdp_states=0", f"--train_dir={tmp_path}"]))
+    assert "--num_arms=1: a bandit needs at least 2 arms" in errors and "--mdp_states=0: must be > 0" in errors
+
+
+def test_bandit_baselines_rank_as_expected() -> None:
+    _, tasks = task_split(make_env("bandit"), 0, 200, seed=0)
+    random = mb.bandit_random(tasks, 100, seed=0)
+    assert 47 < random < 53 and mb.bandit_random(tasks, 100, seed=0) == random
+    for baseline in (mb.bandit_ucb1, mb.bandit_thompson, mb.bandit_gittins):
+        assert baseline(tasks, 100, seed=0) > random + 10
+    assert mb.bandit_gittins(tasks, 100, seed=0) > mb.bandit_random(tasks, 100, seed=0) + 20
+    best = float(mb.arm_means(tasks).max(axis=1).mean()) * 100
+    assert mb.bandit_gittins(tasks, 100, seed=0) < best
+    _, gauss = task_split(make_env("gaussian_bandit"), 0, 200, seed=0)
+    assert mb.bandit_thompson(gauss, 50, gaussian=True) > mb.bandit_random(gauss, 50, gaussian=True) + 20
+    assert mb.bandit_gittins(gauss, 50, gaussian=True) > mb.bandit_random(gauss, 50, gaussian=True) + 20
+    # Brezzi & Lai's psi by hand at a point of each piece; it grows with s past 0.2 (its pieces jump at 0.2 and 15)
+    s = np.array([0.1, 0.5, 2.0, 10.0, 100.0])
+    by_hand = [0.05**0.5, 0.49 - 0.11 / 0.5**0.5, 0.63 - 0.26 / 2**0.5, 0.77 - 0.58 / 10**0.5]
+    by_hand.append((2 * np.log(100) - np.log(np.log(100)) - np.log(16 * np.pi)) ** 0.5)
+    assert np.allclose(mb.brezzi_lai_psi(s), by_hand)
+    assert np.all(np.diff(mb.brezzi_lai_psi(np.linspace(0.21, 200, 2000))) > -0.1)
+
+
+def test_mdp_baselines_rank_as_expected() -> None:
+    _, tasks = task_split(make_env("tabular_mdp"), 0, 100, seed=0)
+    random = mb.mdp_random(tasks, 10)
+    assert 90 < random < 110
+    assert mb.mdp_psrl(tasks, 10) > random + 20
+    # On a known deterministic chain the H-step optimum is action 0 everywhere (5 a step).
+    rewards, moves = mdp_arrays(_chain_task())
+    policy = mb.finite_horizon_policy(rewards[None], moves[None], 4)
+    assert policy.shape == (1, 4, 3) and np.all(policy == 0)
