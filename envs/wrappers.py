@@ -107,5 +107,13 @@ class MetaTaskWrapper(gym.Wrapper):
 
 def task_bucket(task: Task) -> str:
     """A short label grouping tasks for per-task statistics: values rounded to the nearest 0.5, so a
-    continuous family gets a handful of buckets (ant_vel: 7) rather than one per task."""
+    continuous family gets a handful of buckets (ant_vel: 7) rather than one per task. A task of more than
+    MAX_BUCKET_KEYS values (a bandit's arms, a tabular MDP's tables: hundreds) is labelled by the mean of its
+    values alone, rounded the same way: one tensorboard tag per value would be kilobytes long and one per task."""
+    if len(task) > MAX_BUCKET_KEYS:
+        mean = sum(task.values()) / len(task)
+        return f"mean_of_{len(task)}={round(mean * 2) / 2:+.1f}"
     return ",".join(f"{k}={round(v * 2) / 2:+.1f}" for k, v in sorted(task.items()))
+
+
+MAX_BUCKET_KEYS = 4

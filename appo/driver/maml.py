@@ -34,7 +34,7 @@ from appo.config.cfg import Cfg, experiment_dir
 from appo.driver.runner import STOP_SIGNALS, budget_spent, prepare
 from appo.learning.checkpoint import load_checkpoint, load_latest, save_checkpoint
 from appo.protocol.processes import limit_threads
-from envs import PROJECT_ENVS, UnknownEnvError, is_task_env, make_env
+from envs import PROJECT_ENVS, UnknownEnvError, env_kwargs, is_task_env, make_env
 from envs.tasks import task_split
 from utils.logging import log
 from utils.paths import checkpoint_dir, summaries_dir
@@ -60,7 +60,7 @@ class MamlRun:
     def __init__(self, cfg: Cfg) -> None:
         self.cfg = cfg
         self.exp_dir = experiment_dir(cfg)
-        env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps)
+        env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, **env_kwargs(cfg))
         self.obs_space, self.action_space = env.observation_space, env.action_space
         self.horizon = episode_horizon(env)
         self.train_tasks, self.test_tasks = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
@@ -248,7 +248,7 @@ def run(cfg: Cfg) -> int:
 def env_error(cfg: Cfg) -> str | None:
     """Why --env cannot run MAML (one line), or None."""
     try:
-        env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps)
+        env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, **env_kwargs(cfg))
     except UnknownEnvError as exc:
         return str(exc)
     try:

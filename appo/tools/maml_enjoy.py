@@ -18,7 +18,7 @@ from appo.backends.maml_actors import ActorPool
 from appo.driver.maml import META_TEST_STREAM, episode_returns
 from appo.models.gaussian_mlp import NumpyGaussianMlp
 from appo.sampling.evaluator import run_episode
-from envs import make_env
+from envs import env_kwargs, make_env
 from envs.tasks import Task, task_family, task_split
 
 
@@ -42,7 +42,7 @@ def show(cfg: Any, env: Any, task: Task, policy: NumpyGaussianMlp, on_frame: Cal
 def enjoy_maml(cfg: Any, state: dict[str, Any], render_mode: str | None, video: Any) -> None:
     """Adapt the checkpoint's meta-policy to one test task, showing the episodes before and after. The sampled
     episodes run on an in-process actor worker, as the meta-test's do (same seeds: the same episodes)."""
-    env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode)
+    env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode, **env_kwargs(cfg))
     train_tasks, test_tasks = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
     k = choose_task(cfg, test_tasks)
     model = make_policy(cfg, env.observation_space, env.action_space)

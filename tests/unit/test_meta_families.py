@@ -145,3 +145,14 @@ def test_mdp_baselines_rank_as_expected() -> None:
     rewards, moves = mdp_arrays(_chain_task())
     policy = mb.finite_horizon_policy(rewards[None], moves[None], 4)
     assert policy.shape == (1, 4, 3) and np.all(policy == 0)
+
+
+def test_tasks_of_many_values_get_short_buckets():
+    """Per-task statistics (episode_by_task/ tags) label a bandit's or an MDP's task by its mean value, not by
+    hundreds of keys; a task of a few values keeps its rounded values."""
+    from envs.wrappers import task_bucket
+
+    mdp = {f"r_{s}_{a}": 1.2 for s in range(10) for a in range(5)}
+    assert task_bucket(mdp) == "mean_of_50=+1.0"
+    assert task_bucket({"p0": 0.2, "p1": 0.9, "p2": 0.4, "p3": 0.1, "p4": 0.7}) == "mean_of_5=+0.5"
+    assert task_bucket({"goal_x": 0.3, "goal_y": -1.2}) == "goal_x=+0.5,goal_y=-1.0"
