@@ -224,6 +224,12 @@ class SummaryWriters:
             writer.add_scalar(f"meta_test/return_ep{k}", value, step)
         for k, value in enumerate(report.stochastic_returns_by_episode):
             writer.add_scalar(f"meta_test_sampled/return_ep{k}", value, step)
+        if report.returns_by_episode:
+            # The RL^2 paper's measure: a trial's total reward over its episodes (mean over the held-out tasks),
+            # deterministic and with sampled actions (the paper's policies sample).
+            writer.add_scalar("meta_test/trial_return", report.return_mean, step)
+        if report.stochastic_returns_by_episode:
+            writer.add_scalar("meta_test_sampled/trial_return", sum(report.stochastic_returns_by_episode), step)
         for i, value in enumerate(report.task_returns):
             writer.add_scalar(f"meta_test/task_{i}", value, step)
 

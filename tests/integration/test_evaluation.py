@@ -93,6 +93,7 @@ def test_meta_test_writes_adaptation_curve(train_dir):
     assert {t for t in tags if t.startswith("meta_test_sampled/")} == {
         "meta_test_sampled/return_ep0",
         "meta_test_sampled/return_ep1",
+        "meta_test_sampled/trial_return",
     }
     sampled = [acc.Scalars(f"meta_test_sampled/return_ep{k}")[-1] for k in range(2)]
     assert {e.step for e in sampled} == {e.step for e in final.values()}
@@ -105,6 +106,11 @@ def test_meta_test_writes_adaptation_curve(train_dir):
     mean_trial = final["meta_test/return_mean"].value
     assert sum(curve) == pytest.approx(mean_trial, rel=1e-4, abs=1e-3)
     assert sum(tasks) / 3 == pytest.approx(mean_trial, rel=1e-4, abs=1e-3)
+    # The paper's measure, a trial's total: deterministic (the same as return_mean) and sampled (the episodes' sum).
+    assert acc.Scalars("meta_test/trial_return")[-1].value == pytest.approx(mean_trial)
+    sampled_trial = acc.Scalars("meta_test_sampled/trial_return")[-1]
+    assert sampled_trial.step == sampled[0].step
+    assert sampled_trial.value == pytest.approx(sum(e.value for e in sampled), rel=1e-5)
     assert 2 <= final["meta_test/length_mean"].value <= 200  # 2 episodes of 1..100 steps
     log_text = (train_dir / "nav" / "log.txt").read_text()
     assert re.search(
