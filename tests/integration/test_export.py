@@ -23,21 +23,11 @@ import torch
 
 import appo
 from appo.learning.checkpoint import load_latest
+from tests.integration.test_serial_determinism import SMALL as SERIAL_SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = {
-    "num_workers": 2,
-    "num_envs_per_worker": 4,
-    "worker_num_splits": 2,
-    "rollout": 16,
-    "batch_size": 64,
-    "num_batches_per_epoch": 2,
-    "device": "cpu",
-    "serial_mode": True,
-    "report_interval": 1000.0,
-    "seed": 3,
-    "train_for_env_steps": 640,
-}
+# The serial determinism test's small runs: five iterations of 128 env steps.
+SMALL = {**SERIAL_SMALL, "seed": 3, "train_for_env_steps": 640}
 PENDULUM = {"env": "Pendulum-v1", "max_episode_steps": 50}  # 200 steps: four episodes, three boundaries
 
 
