@@ -126,6 +126,18 @@ class ActorPool:
         self.params[weight_set].publish(self.scratch, self.version)
 
     # --- one batch of episodes ---------------------------------------------------------------------------------
+    def assign(self, split: tuple[int, int], task: int, weight_set: int, seeds: tuple[int, int, int]) -> None:
+        """The control-channel rows of `split`'s envs for its next rollout: `task` acting with `weight_set`, each
+        env's episode seeds from (seed, stream, iteration, row `seeds`, env)."""
+        w, s = split
+        first = first_env(self.actor_cfg, self.derived, w, s)
+        envs = list(range(first, first + self.derived.envs_per_split))
+        self.channel.assign(envs, Assignment(0, task, weight_set))
+        stream, iteration, row = seeds
+        for e, env in enumerate(envs):
+            env_seed, noise_seed = episode_seed(self.cfg.seed, stream, iteration, row, e).generate_state(2)
+            self.control["episode_seeds"][env] = torch.tensor([int(env_seed), int(noise_seed)])
+
     def sample(self, buffer: int, stream: int, iteration: int, tasks: list[int], weight_sets: list[int]) -> None:
         """Run --fast_batch_size episodes of task `tasks[k]` (an index into the run's task table) acting with
         weight set `weight_sets[k]`, for every k, into row k of episode buffer `buffer`; returns when all are in."""
@@ -135,12 +147,7 @@ class ActorPool:
 
         def dispatch(split: tuple[int, int], k: int) -> None:
             w, s = split
-            first = first_env(self.actor_cfg, self.derived, w, s)
-            envs = list(range(first, first + self.derived.envs_per_split))
-            self.channel.assign(envs, Assignment(0, tasks[k], weight_sets[k]))
-            for e, env in enumerate(envs):
-                env_seed, noise_seed = episode_seed(self.cfg.seed, stream, iteration, k, e).generate_state(2)
-                self.control["episode_seeds"][env] = torch.tensor([int(env_seed), int(noise_seed)])
+            self.assign(split, tasks[k], weight_sets[k], (stream, iteration, k))
             incarnation = int(self.queues.incarnations[w])
             running[split] = (k, incarnation)
             release = SlotsReleased(w, s, 0, 0, incarnation)

@@ -1,7 +1,8 @@
 """The MAML-TRPO driver (--algo=maml_trpo; appo/driver/runner.py hands the run here): meta-iterations are synchronous
 (every task's train episodes, then the adaptation, then every task's validation episodes, then the meta-step), so
 the driver is the learner and steps the engine's actor workers through whole episode batches rather than through
-the asynchronous batcher (appo/backends/maml_actors.py):
+the asynchronous batcher (appo/backends/maml_actors.py; with --backend=ray, the same actor-worker components in
+Ray actors: appo/backends/ray/maml.py):
 
     draw meta_batch_size train tasks (seeded by (seed, iteration))
     -> weight set 0 = theta; each task's train episodes on a free split of the actor workers (control channel)
@@ -81,7 +82,12 @@ class MamlRun:
     def start(self) -> None:
         spaces = (self.obs_space, self.action_space)
         num_tasks = len(self.train_tasks) + len(self.test_tasks)  # envs.run_tasks: train, then test
-        self.pool = ActorPool(self.cfg, spaces, self.horizon, self.buffers, 1 + self.rows, num_tasks)
+        pool_class = ActorPool
+        if self.cfg.backend == "ray":  # the same pool over Ray actors, on this machine or a cluster's nodes
+            from appo.backends.ray.maml import RayActorPool
+
+            pool_class = RayActorPool
+        self.pool = pool_class(self.cfg, spaces, self.horizon, self.buffers, 1 + self.rows, num_tasks)
         self.pool.start()
         # The helpers compute per-task products, which are the KL's Hessian only with one inner step.
         if self.algo.has_task_hvps:

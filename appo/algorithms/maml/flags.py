@@ -77,8 +77,6 @@ def verify_maml(c: Any) -> list[str]:
     if c.meta_test_interval < 0:
         errors.append(f"--meta_test_interval={c.meta_test_interval}: must be >= 0 (meta-iterations; 0: at the end)")
     errors += single_policy_errors(c)
-    if getattr(c, "backend", "local") != "local":
-        errors.append(f"--backend={c.backend}: --algo=maml_trpo runs on local actor workers only; use local")
     for name in ("actor_inference", "numpy_inference"):
         if not getattr(c, name):
             errors.append(f"--{name}=False: --algo=maml_trpo acts in the actor workers (numpy); use True")

@@ -35,6 +35,7 @@ class RayActorWorker:
         self._limits = limit_threads(1)  # one thread per actor, as in a local actor worker
         self.cfg, self.derived, self.worker_idx, self.spaces = cfg, derived, worker_idx, spaces
         self.replay_shards = replay_shards  # SAC's replay actors: full groups' transitions go there
+        self.num_weight_sets = cfg.num_policies  # one ParamStore each (an episodic run has more: maml.py)
         self.worker: Any = None
 
     def start(self, incarnation: int, group_at_learner: np.ndarray, weights: dict[int, tuple[int, Any]]) -> dict:
@@ -51,8 +52,8 @@ class RayActorWorker:
         self.control = control = allocate_control(cfg, derived)
         control["group_at_learner"].copy_(torch.from_numpy(group_at_learner))
         self.template = make_model(cfg, *self.spaces)
-        self.params = [ParamStore(self.template) for _ in range(cfg.num_policies)]
-        self.versions = [-1] * cfg.num_policies
+        self.params = [ParamStore(self.template) for _ in range(self.num_weight_sets)]
+        self.versions = [-1] * self.num_weight_sets
         self._load_weights(weights)
         acting = make_policy_workers(cfg, derived, buffers, self.params, self.spaces, "cpu", control, 1000 + w)
         if self.worker is not None:
