@@ -7,8 +7,11 @@ Each run is `train_appo.py --env=E --seed=S --train_for_env_steps=B` (plus the e
 other or `--parallel` at a time (each with the run's own `--num_workers`: on 2 cores, 1 at a time with 2
 workers is what the issue's figures mean). When all are done it writes, under --out:
 - `suite.md`: one row per env: final training return (mean of the last 100 episodes, the run's
-  `episode/return_mean` at its end) as mean, std, min and median over seeds; the steps reached; the wall time
-  per run; and the public reference where there is one (CleanRL's PPO at 1M steps, MuJoCo v4);
+  `episode/return_mean` at its end, with the policy's noise) as mean, std, min and median over seeds; the median
+  of the final policy's deterministic evaluation (--eval_episodes episodes of the last checkpoint, played as
+  enjoy.py plays them, `appo.load_policy(...).evaluate`); the steps reached; the wall time per run; and the public
+  references (CleanRL's PPO at 1M steps, MuJoCo v4; Sample Factory 2's APPO at 10M, its published models' best
+  evaluation);
 - `<env>.png`: every seed's curve against env steps (thin) and the mean over seeds with a min-max band;
 - `runs/`: the runs themselves (tensorboard, checkpoints, logs), for `python -m appo.tools.plot` and enjoy.py.
 The table is also printed. A run that fails is reported as failed with its exit status (its log is in its
@@ -46,6 +49,10 @@ CLEANRL_1M = {
 }
 
 
+# Sample Factory 2's APPO at 10M env steps, MuJoCo v4: its published models (issue 37).
+SF2_10M = {"Ant": 5876, "HalfCheetah": 6263, "Humanoid": 5439, "Walker2d": 5488, "Hopper": 2793}
+
+
 class Run(NamedTuple):
     env: str
     seed: int
@@ -58,6 +65,7 @@ class Result(NamedTuple):
     run: Run
     steps: np.ndarray
     values: np.ndarray
+    evaluation: float = float("nan")  # mean of the final policy's deterministic episodes
 
     @property
     def final(self) -> float:
@@ -110,7 +118,7 @@ def run_all(jobs: list[tuple[str, int]], env_steps: int, train_dir: Path, extra:
     return done
 
 
-def read(run: Run) -> Result:
+def read(run: Run, eval_episodes: int) -> Result:
     data = None
     summaries = run.folder / "summaries" / "0"
     if summaries.is_dir():
@@ -118,7 +126,17 @@ def read(run: Run) -> Result:
     if data is None:
         return Result(run, np.zeros(0), np.zeros(0))
     steps, _, values = data
-    return Result(run, steps, values)
+    return Result(run, steps, values, evaluate(run, eval_episodes) if run.status == 0 else float("nan"))
+
+
+def evaluate(run: Run, episodes: int) -> float:
+    """The final checkpoint's deterministic episodes, as enjoy.py plays them (seeded apart from training's)."""
+    if episodes <= 0:
+        return float("nan")
+    from appo.api import load_policy
+
+    returns = load_policy(run.folder).evaluate(episodes=episodes, seed=10_000 + run.seed)
+    return float(np.mean(returns))
 
 
 def reference(env: str) -> str:
@@ -126,12 +144,19 @@ def reference(env: str) -> str:
     return f"{ref[0]:,} +- {ref[1]}" if ref else ""
 
 
+def reference_10m(env: str) -> str:
+    ref = SF2_10M.get(env.split("-")[0])
+    return f"{ref:,}" if ref else ""
+
+
 def table(results: list[Result], env_steps: int) -> str:
     lines = [
-        f"Final training return (last 100 episodes) at {env_steps:,} env steps, over seeds.",
+        f"Final training return (last 100 episodes, with the policy's noise) at {env_steps:,} env steps, over "
+        "seeds; eval: the final policy's deterministic episodes (median over seeds; by seed after the slash).",
         "",
-        "| env | seeds | mean | std | min | median | steps reached | wall per run (s) | CleanRL PPO at 1M | by seed |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| env | seeds | mean | std | min | median | eval median | steps reached | wall per run (s) "
+        "| CleanRL PPO at 1M | SF2 APPO at 10M | by seed (train / eval) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for env in dict.fromkeys(r.run.env for r in results):
         mine = [r for r in results if r.run.env == env]
@@ -142,13 +167,14 @@ def table(results: list[Result], env_steps: int) -> str:
         if finals:
             std = statistics.stdev(finals) if len(finals) > 1 else 0.0
             cells = [f"{statistics.mean(finals):,.0f}", f"{std:,.0f}", f"{min(finals):,.0f}"]
-            cells += [f"{statistics.median(finals):,.0f}", f"{min(int(r.steps[-1]) for r in good):,}"]
-            cells += [f"{statistics.median(walls):.0f}"]
+            cells += [f"{statistics.median(finals):,.0f}", f"{statistics.median(r.evaluation for r in good):,.0f}"]
+            cells += [f"{min(int(r.steps[-1]) for r in good):,}", f"{statistics.median(walls):.0f}"]
         else:
-            cells = ["-"] * 6
+            cells = ["-"] * 7
         seeds = ", ".join(str(r.run.seed) for r in good) + (f" ({'; '.join(failed)})" if failed else "")
-        by_seed = " / ".join(f"{r.final:,.0f}" for r in good)
-        lines.append(f"| {env} | {seeds} | " + " | ".join(cells) + f" | {reference(env)} | {by_seed} |")
+        by_seed = " / ".join(f"{r.final:,.0f}" for r in good) + " ; " + " / ".join(f"{r.evaluation:,.0f}" for r in good)
+        refs = f" | {reference(env)} | {reference_10m(env)} | "
+        lines.append(f"| {env} | {seeds} | " + " | ".join(cells) + refs + f"{by_seed} |")
     return "\n".join(lines) + "\n"
 
 
@@ -187,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env_steps", type=int, default=1_000_000)
     parser.add_argument("--parallel", type=int, default=1, help="runs at a time (each with its own workers)")
     parser.add_argument("--out", type=Path, default=Path("train_dir") / "learning_suite")
+    parser.add_argument("--eval_episodes", type=int, default=10, help="final deterministic episodes per run (0: none)")
     args, extra = parser.parse_known_args(argv)
     if args.parallel < 1:
         parser.error(f"--parallel={args.parallel}: must be >= 1")
@@ -195,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     jobs = [(env, seed) for env in args.envs for seed in args.seeds]
     runs = run_all(jobs, args.env_steps, out / "runs", extra, args.parallel)
-    results = [read(run) for run in sorted(runs, key=lambda r: (args.envs.index(r.env), r.seed))]
+    results = [read(run, args.eval_episodes) for run in sorted(runs, key=lambda r: (args.envs.index(r.env), r.seed))]
     text = table(results, args.env_steps)
     if extra:
         text += f"\nExtra flags: `{' '.join(extra)}`\n"

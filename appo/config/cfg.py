@@ -87,9 +87,14 @@ class LearningCfg:
     learning_rate: float = _f(1e-4, "Adam learning rate")
     lr_schedule: str = _f(
         "constant",
-        "constant or linear_decay (to 0 at the end of the run: whichever of train_for_env_steps, "
-        "train_for_seconds, train_for_iterations ends it)",
+        "constant, linear_decay (to 0 at the end of the run: whichever of train_for_env_steps, "
+        "train_for_seconds, train_for_iterations ends it), or kl_adaptive_minibatch / kl_adaptive_epoch (--algo=appo: "
+        "divided by 1.5 after a minibatch or epoch whose approximate KL exceeds 2x --lr_schedule_kl_threshold, "
+        "multiplied by 1.5 below half of it, within [--lr_adaptive_min, --lr_adaptive_max])",
     )
+    lr_schedule_kl_threshold: float = _f(0.008, "the KL target of --lr_schedule=kl_adaptive_*")
+    lr_adaptive_min: float = _f(1e-6, "the lowest learning rate of --lr_schedule=kl_adaptive_*")
+    lr_adaptive_max: float = _f(1e-2, "the highest learning rate of --lr_schedule=kl_adaptive_*")
     adam_eps: float = _f(1e-6, "Adam epsilon")
     adam_beta1: float = _f(0.9, "Adam beta1")
     adam_beta2: float = _f(0.999, "Adam beta2")

@@ -11,6 +11,8 @@ from appo.config.cfg import Cfg
 from appo.config.derive import Derived, derive, learner_devices
 from appo.config.pbt import verify_pbt
 
+LR_SCHEDULES = ("constant", "linear_decay", "kl_adaptive_minibatch", "kl_adaptive_epoch")
+
 
 def _positive(cfg: Cfg, names: list[str]) -> list[str]:
     return [f"--{n}={getattr(cfg, n)}: must be > 0" for n in names if getattr(cfg, n) <= 0]
@@ -44,12 +46,13 @@ def verify(cfg: Cfg) -> list[str]:
     if cfg.batch_size % cfg.rollout:
         errors.append(f"--batch_size={cfg.batch_size}: must be a multiple of --rollout={cfg.rollout}")
     choices = {"nonlinearity": ("tanh", "relu", "elu"), "rnn_type": ("gru", "lstm")}
-    choices |= {"lr_schedule": ("constant", "linear_decay"), "log_level": ("debug", "info", "warning", "error")}
+    choices |= {"lr_schedule": LR_SCHEDULES, "log_level": ("debug", "info", "warning", "error")}
     choices |= {"task_schedule": ("none", "per_episode", "per_trial", "fixed", "curriculum")}
     choices |= {"task_visibility": ("hidden", "visible"), "save_best_metric": ("train", "eval")}
     for name, valid in choices.items():
         if getattr(cfg, name) not in valid:
             errors.append(f"--{name}={getattr(cfg, name)}: must be one of {', '.join(valid)}")
+    errors += _lr_schedule(cfg)
     if d.recurrence <= 0 or cfg.rollout % d.recurrence:
         errors.append(f"--recurrence={cfg.recurrence}: must be -1 or divide --rollout={cfg.rollout}")
     if not 0.0 <= cfg.gamma <= 1.0:
@@ -74,6 +77,19 @@ def verify(cfg: Cfg) -> list[str]:
     errors += verify_learner_ranks(cfg, d) + verify_backend(cfg) + verify_tracking(cfg)
 
     return errors + verify_pbt(cfg)
+
+
+def _lr_schedule(cfg: Cfg) -> list[str]:
+    errors = []
+    in_bounds = 0.0 < cfg.lr_adaptive_min <= cfg.learning_rate <= cfg.lr_adaptive_max
+    if cfg.lr_schedule.startswith("kl_adaptive") and not in_bounds:
+        errors.append(
+            f"--learning_rate={cfg.learning_rate}: with --lr_schedule={cfg.lr_schedule} must lie within "
+            f"[--lr_adaptive_min={cfg.lr_adaptive_min}, --lr_adaptive_max={cfg.lr_adaptive_max}]"
+        )
+    if cfg.lr_schedule_kl_threshold <= 0:
+        errors.append(f"--lr_schedule_kl_threshold={cfg.lr_schedule_kl_threshold}: must be > 0")
+    return errors
 
 
 def verify_backend(cfg: Cfg) -> list[str]:

@@ -1,5 +1,6 @@
 """benchmarks/learning_suite.py end to end on CartPole: real runs, the table read back against the runs'
-tensorboard files, a curve PNG per env, and a failed run reported as failed with a non-zero exit."""
+tensorboard files and their final policies' deterministic evaluation, a curve PNG per env, and a failed run
+reported as failed with a non-zero exit."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from appo.api import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = [sys.executable, "benchmarks/learning_suite.py"]
@@ -30,7 +34,14 @@ def test_suite_table_and_curves_come_from_the_runs(tmp_path):
     assert cells[1] == "0, 1"
     assert float(cells[2].replace(",", "")) == round(sum(finals) / 2)
     assert float(cells[4].replace(",", "")) == round(min(finals))
-    assert [float(v.replace(",", "")) for v in cells[9].split(" / ")] == [round(f) for f in finals]  # by seed
+    train, evaluation = cells[11].split(" ; ")  # by seed
+    assert [float(v.replace(",", "")) for v in train.split(" / ")] == [round(f) for f in finals]
+    # The final policies' deterministic episodes, as enjoy.py plays them, seeded apart from training.
+    evals = [
+        np.mean(load_policy(out / "runs" / f"CartPole-v1_s{s}").evaluate(episodes=10, seed=10_000 + s)) for s in (0, 1)
+    ]
+    assert [float(v.replace(",", "")) for v in evaluation.split(" / ")] == [round(e) for e in evals]
+    assert float(cells[6].replace(",", "")) == round(float(np.median(evals)))
     assert (out / "CartPole-v1.png").stat().st_size > 1000
 
 

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.losses import entropy_loss, policy_loss, value_loss
+from appo.algorithms.common.lr_schedule import KlAdaptiveRate
 from appo.algorithms.common.returns import gae, vtrace
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
@@ -47,11 +48,16 @@ class PPO(Algorithm):
             low, high = (torch.as_tensor(b, device=device) for b in bounds)
             self.box = ((high + low) / 2, ((high - low) / 2).clamp(min=1e-6))
 
+        # --lr_schedule=kl_adaptive_*: the rate now, and the --learning_rate it started from (PBT may set another).
+        self.adaptive = KlAdaptiveRate(cfg)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), "adaptive_lr": self.adaptive.state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        if "adaptive_lr" in state:  # checkpoints before kl_adaptive_* have none: the rate starts from the flag
+            self.adaptive.load(state["adaptive_lr"])
 
     # --- one iteration ------------------------------------------------------------------------------
     def update(self, b: dict[str, Tensor], env_steps: int) -> dict[str, float]:
@@ -74,6 +80,7 @@ class PPO(Algorithm):
         probe: Tensor | None = None  # the first minibatch: where the KL is read before and after the update
         diagnostics: dict[str, float] = {}
         for _ in range(cfg.num_epochs):
+            epoch_kl: list[float] = []
             for idx, n_steps in self._minibatches(N, T, is_per_step, offset, n_global):
                 if probe is None:
                     probe = idx
@@ -91,6 +98,9 @@ class PPO(Algorithm):
                 for key, value in mb_stats.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                 count += 1
+                epoch_kl.append(mb_stats["kl"])
+                lr = self._adapt_learning_rate(epoch_kl[-1:], "kl_adaptive_minibatch", lr)
+            lr = self._adapt_learning_rate(epoch_kl, "kl_adaptive_epoch", lr)
         if probe is not None:
             diagnostics |= self._diagnostics(b, probe, is_per_step, "kl_after")
         # Each rank's statistics are its parts of the global means; the gradient norm is every rank's already.
@@ -143,6 +153,22 @@ class PPO(Algorithm):
         lr = self.cfg.learning_rate
         if self.cfg.lr_schedule == "linear_decay":  # to 0 at the end of whichever budget ends the run
             lr *= max(1.0 - self.budget_used, 0.0)
+        elif self.cfg.lr_schedule.startswith("kl_adaptive"):
+            lr = self.adaptive.rate(self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _adapt_learning_rate(self, kls: list[float], schedule: str, lr: float) -> float:
+        """Under --lr_schedule=`schedule`, the next steps' rate from the mean approximate KL of the last minibatch
+        or epoch: every rank's part of it summed (the minibatch's whole mean), so every rank moves its rate alike.
+        Under another schedule the rate `lr` stays."""
+        if self.cfg.lr_schedule != schedule:
+            return lr
+        kl = self.ranks.sum_stats({"kl": sum(kls) / max(len(kls), 1)})["kl"]
+        if not kls:  # every step of the epoch skipped (non-finite): the rate stays
+            return self.adaptive.lr
+        lr = self.adaptive.update(kl, self.cfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr

@@ -1,0 +1,38 @@
+"""The KL-adaptive learning rate of --lr_schedule=kl_adaptive_minibatch / kl_adaptive_epoch (the rule of rl_games'
+adaptive scheduler and Sample Factory's kl_adaptive_* schedules): after each minibatch (or epoch) the rate is divided
+by 1.5 when the policy moved more than twice the KL target (--lr_schedule_kl_threshold) away from the one that
+collected the batch, multiplied by 1.5 when it moved less than half of it, and kept within [--lr_adaptive_min,
+--lr_adaptive_max]. The rate is part of the learner's state: a resumed run goes on from the rate it had. It starts
+from --learning_rate, and starts again from it when PBT sets another."""
+
+from __future__ import annotations
+
+from typing import Any
+
+FACTOR = 1.5
+
+
+class KlAdaptiveRate:
+    def __init__(self, cfg: Any) -> None:
+        self.lr = float(cfg.learning_rate)
+        self.start = float(cfg.learning_rate)  # the --learning_rate this rate was started from
+
+    def rate(self, cfg: Any) -> float:
+        """The rate now; a new --learning_rate (PBT's) restarts it."""
+        if float(cfg.learning_rate) != self.start:
+            self.lr = self.start = float(cfg.learning_rate)
+        return self.lr
+
+    def update(self, kl: float, cfg: Any) -> float:
+        target = cfg.lr_schedule_kl_threshold
+        if kl > 2.0 * target:
+            self.lr = max(self.lr / FACTOR, cfg.lr_adaptive_min)
+        elif kl < 0.5 * target:
+            self.lr = min(self.lr * FACTOR, cfg.lr_adaptive_max)
+        return self.lr
+
+    def state(self) -> dict[str, float]:
+        return {"lr": self.lr, "start": self.start}
+
+    def load(self, state: dict[str, float]) -> None:
+        self.lr, self.start = float(state["lr"]), float(state["start"])

@@ -1,0 +1,79 @@
+"""--lr_schedule=kl_adaptive_minibatch / kl_adaptive_epoch (issue 37): on a real learner and real batches, the rate
+moves by 1.5 per minibatch (or per epoch) the way the approximate KL says, stays within its bounds, reaches
+tensorboard's train/learning_rate through the stats, and a resumed learner goes on from the rate it saved."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from appo.config.verify import verify
+from tests.unit.test_learner import fill, make_learner, small_cfg, take_batch
+
+# small_cfg: 2 epochs of 2 minibatches per iteration.
+MINIBATCHES = 4
+
+
+def train_once(learner, seed: int, perturb: float = 0.0) -> dict[str, float]:
+    fill(learner, 0, 16, seed=seed)  # acted by the learner's weights
+    if perturb:  # the policy that trains is no longer the one that acted: every minibatch sees a KL > 0
+        with torch.no_grad():
+            for p in learner.model.parameters():
+                p.add_(perturb * torch.randn_like(p))
+    return learner.train(take_batch(learner)).stats
+
+
+def test_a_policy_that_barely_moves_raises_the_rate_each_minibatch_up_to_its_ceiling(tmp_path):
+    torch.manual_seed(0)
+    cfg = small_cfg(lr_schedule="kl_adaptive_minibatch", learning_rate=1e-4, lr_schedule_kl_threshold=1e3)
+    learner = make_learner(cfg, tmp_path)
+    assert train_once(learner, 1)["learning_rate"] == pytest.approx(1e-4 * 1.5**MINIBATCHES)
+    for i in range(12):
+        stats = train_once(learner, 2 + i)
+    assert stats["learning_rate"] == pytest.approx(cfg.lr_adaptive_max)
+    assert learner.algorithm.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.lr_adaptive_max)
+
+
+def test_a_policy_that_moves_too_far_lowers_the_rate_down_to_its_floor(tmp_path):
+    torch.manual_seed(0)
+    cfg = small_cfg(
+        lr_schedule="kl_adaptive_minibatch", learning_rate=1e-3, lr_schedule_kl_threshold=1e-9, lr_adaptive_min=1e-5
+    )
+    learner = make_learner(cfg, tmp_path)
+    stats = train_once(learner, 1, perturb=0.3)
+    assert stats["approx_kl_before"] > 1e-8, stats
+    assert stats["learning_rate"] == pytest.approx(1e-3 / 1.5**MINIBATCHES)
+    for i in range(12):
+        stats = train_once(learner, 2 + i, perturb=0.3)
+    assert stats["learning_rate"] == pytest.approx(1e-5)
+
+
+def test_the_epoch_schedule_moves_once_per_epoch(tmp_path):
+    torch.manual_seed(0)
+    cfg = small_cfg(lr_schedule="kl_adaptive_epoch", learning_rate=1e-4, lr_schedule_kl_threshold=1e3)
+    learner = make_learner(cfg, tmp_path)
+    assert train_once(learner, 1)["learning_rate"] == pytest.approx(1e-4 * 1.5**cfg.num_epochs)
+
+
+def test_a_resumed_learner_goes_on_from_the_rate_it_saved(tmp_path):
+    torch.manual_seed(0)
+    cfg = small_cfg(lr_schedule="kl_adaptive_minibatch", learning_rate=1e-4, lr_schedule_kl_threshold=1e3)
+    learner = make_learner(cfg, tmp_path)
+    saved = train_once(learner, 1)["learning_rate"]
+    learner.save()
+    resumed = make_learner(cfg, tmp_path)
+    assert resumed.algorithm.adaptive.lr == pytest.approx(saved)
+    assert train_once(resumed, 2)["learning_rate"] == pytest.approx(saved * 1.5**MINIBATCHES)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"lr_schedule": "kl"}, "--lr_schedule=kl: must be one of constant, linear_decay, kl_adaptive_minibatch"),
+        ({"lr_schedule": "kl_adaptive_epoch", "learning_rate": 0.1}, "--learning_rate=0.1: with --lr_schedule="),
+        ({"lr_schedule_kl_threshold": 0.0}, "--lr_schedule_kl_threshold=0.0: must be > 0"),
+    ],
+)
+def test_bad_schedule_flags_are_named(flags, expected):
+    errors = verify(small_cfg(**flags))
+    assert any(e.startswith(expected) for e in errors), errors
