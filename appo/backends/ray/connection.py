@@ -41,7 +41,9 @@ def connect_ray(
             ray.init(address=address, **quiet)
             return False
         extra = {"object_store_memory": object_store_mb * 2**20} if object_store_mb > 0 else {}
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, **quiet, **extra)
+        # address="local": a new instance even when this machine runs another (a `ray start`, a test's cluster);
+        # without it ray.init would join that one, and then refuse num_cpus.
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, **quiet, **extra)
         return True
     finally:
         for s, handler in handlers.items():

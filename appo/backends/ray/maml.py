@@ -105,7 +105,7 @@ class RayActorPool(ActorPool):
         state.versions = [-1] * len(self.params)
         state.started = state.handle.start.remote(state.incarnation, held, self._weights_for(state))
         state.in_flight = {state.started: time.monotonic()}
-        state.releases, state.start_at = [], None
+        state.start_at = None  # a start again after ActorUnavailableError keeps the releases: same incarnation
 
     def publish(self, weight_set: int, params: Any) -> None:
         """The local store (the helpers read set 0) and the object store: once per version."""
@@ -225,6 +225,7 @@ class RayActorPool(ActorPool):
             raise RuntimeError(f"actor_worker_{w}: {why}, after {state.incarnation} restarts (--ray_max_restarts)")
         self.restarts += 1
         state.incarnation += 1
+        state.releases = []  # the predecessor's: `sample` gives its splits again, to this incarnation
         log.warning("actor_worker_%d %s: starting it again (restart %d)", w, why, self.restarts)
         self._start(state)
 
