@@ -54,7 +54,8 @@ def test_navigation2d_on_two_ray_nodes_through_kill_9_and_resume_equals_local(cl
     assert all(torch.equal(wa["model"][k], wb["model"][k]) for k in wb["model"])
     npz_a, npz_b = (np.load(d / "meta_test" / "iter_8.npz") for d in (train_dir / "run", local / "l"))
     np.testing.assert_array_equal(npz_a["returns"], npz_b["returns"])
-    shown = run_script("enjoy.py", [f"--train_dir={train_dir}", "--experiment=run", "--no_render", "--task=1"], 60, True)
+    enjoy = [f"--train_dir={train_dir}", "--experiment=run", "--no_render", "--task=1"]
+    shown = run_script("enjoy.py", enjoy, 60, True)
     assert [line.split(":")[0] for line in shown.stdout.splitlines() if "adaptation:" in line] == [
         "before adaptation",
         "after adaptation",
