@@ -6,10 +6,12 @@ acting in numpy never import torch (appo/protocol/shared_views.py), so nothing h
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -98,9 +100,27 @@ def component_main(cfg: Cfg, name: str, queues: Any, body: Callable[[], None], c
 
 
 def start_process(ctx: Any, target: Callable[..., None], args: tuple, name: str) -> Any:
+    """Start a child that ignores SIGINT and SIGTERM from its first instruction: both are ignored in this process
+    while the child is spawned, and a spawned Python keeps an ignored SIGINT ignored, so a Ctrl-C to the whole
+    process group while the child still imports (before component_main ignores them itself) cannot kill it.
+    Off the main thread (where signal handlers cannot be set) the child is started as it is."""
     process = ctx.Process(target=target, args=args, name=name, daemon=False)
-    process.start()
+    with _signals_ignored():
+        process.start()
     return process
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def stop_processes(

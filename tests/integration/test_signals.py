@@ -63,10 +63,14 @@ class Run:
         except psutil.Error:
             return []
 
-    def interrupt(self) -> tuple[float, list[str]]:
-        """SIGINT to the driver; returns (seconds to its exit, processes of the run still alive after it)."""
+    def interrupt(self, group: bool = False) -> tuple[float, list[str]]:
+        """SIGINT to the driver (or, `group`, to its whole process group, as a terminal's Ctrl-C); returns (seconds
+        to its exit, processes of the run still alive after it)."""
         processes = self.descendants()
-        self.proc.send_signal(signal.SIGINT)
+        if group:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        else:
+            self.proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
         try:
             self.proc.wait(timeout=60)
@@ -91,9 +95,9 @@ class Run:
         return "".join(self.lines)[-3000:]
 
 
-def interrupt_at(args: list[str], moment: float | str, timeout: float = 120.0) -> None:
+def interrupt_at(args: list[str], moment: float | str, timeout: float = 120.0, group: bool = False) -> int:
     """Start a run, SIGINT it `moment` seconds after its start (or once a line holding `moment` is printed), and
-    check what a user would: a prompt exit, nothing left behind."""
+    check what a user would: a prompt exit, nothing left behind. Returns the run's exit status."""
     shm_before, ray_before = shm(), ray_processes()
     run = Run(args)
     try:
@@ -102,7 +106,7 @@ def interrupt_at(args: list[str], moment: float | str, timeout: float = 120.0) -
         else:
             time.sleep(max(0.0, moment - (time.monotonic() - run.started)))
         assert run.proc.poll() is None, f"the run ended before the signal:\n{run.output()}"
-        took, left = run.interrupt()
+        took, left = run.interrupt(group)
     finally:
         if run.proc.poll() is None:
             os.killpg(run.proc.pid, signal.SIGKILL)
@@ -113,6 +117,7 @@ def interrupt_at(args: list[str], moment: float | str, timeout: float = 120.0) -
         time.sleep(0.2)
     assert not shm() - shm_before, f"/dev/shm after SIGINT at {moment}: {sorted(shm() - shm_before)}"
     assert not ray_processes() - ray_before, f"Ray processes after SIGINT at {moment}:\n{run.output()}"
+    return run.proc.returncode
 
 
 # Four workers whose 8 envs take 2 s each to build: until about 16 s after the start every worker is still
@@ -124,6 +129,36 @@ SLOW_START = ["--env=tests.support.faulty_envs:SlowStartEnv", "--num_workers=4",
 def test_sigint_at_any_moment_of_a_local_run(train_dir: Path, moment: float, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APPO_TEST_SLOW_ENV", "2")
     interrupt_at([*RUN, *SLOW_START, f"--train_dir={train_dir}", "--experiment=sigint"], moment)
+
+
+MAML = ["--algo=maml_trpo", "--env=navigation2d", "--num_workers=2", "--train_for_seconds=600"]
+
+
+@pytest.mark.parametrize("algo", ["appo", "maml_trpo"])
+def test_ctrl_c_to_the_whole_group_as_the_children_start(train_dir: Path, algo: str) -> None:
+    """A terminal's Ctrl-C goes to every process of the group, children still importing included (before their
+    component_main ignores SIGINT): sent the moment the driver's first child exists. The driver alone must
+    decide: an orderly stop, exit 0, nothing left behind (a MAML run's Hessian-vector helpers died of it while
+    importing torch, and the run exited 1). (Earlier, while the driver itself still imports, Ctrl-C ends it as
+    any Python program.)"""
+    args = [*(RUN if algo == "appo" else MAML), f"--train_dir={train_dir}", "--experiment=group"]
+    shm_before = shm()
+    run = Run(args)
+    try:
+        deadline = time.monotonic() + 60
+        while not run.descendants() and run.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert run.descendants(), f"no child started:\n{run.output()}"
+        took, left = run.interrupt(group=True)
+    finally:
+        if run.proc.poll() is None:
+            os.killpg(run.proc.pid, signal.SIGKILL)
+    assert run.proc.returncode == 0, f"exit {run.proc.returncode}:\n{run.output()}"
+    assert took < EXIT_WITHIN and not left, (took, left, run.output())
+    deadline = time.monotonic() + 10
+    while shm() - shm_before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not shm() - shm_before, sorted(shm() - shm_before)
 
 
 def test_sigint_while_the_final_checkpoint_is_saved(train_dir: Path) -> None:
