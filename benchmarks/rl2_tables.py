@@ -9,8 +9,14 @@ envs/meta_baselines.py on them (one trial per task) and prints each beside the p
 et al.'s with c = sqrt(2) (untuned); Gittins is Brezzi & Lai's approximation with the discount
 1 - 1 / (pulls left): see envs/meta_baselines.py.
 
-Not done yet (left for later, issue 35): training RL^2-APPO and MAML-TRPO on a chosen row and printing their
-meta-test trial return (`meta_test_sampled/trial_return`) in the same table, with wall time and env steps."""
+With `--train ROW` (bandit:N:K or mdp:N) it trains RL^2-APPO on that row instead, one run per seed, `--parallel` at
+a time, each for `--minutes` of wall time, with the family's preset (envs/presets.py) and `--num_test_tasks=--tasks`:
+
+    python benchmarks/rl2_tables.py --train bandit:10:5 --seeds 0 1 2 --minutes 15 --tasks 500 [extra train flags]
+
+and prints, per seed, the run's meta-test trial return with sampled actions (the paper's measure; the mean of its
+last 3 meta-tests) and deterministic, beside the baselines computed on the same run's test tasks and the paper's
+RL^2, with env steps and wall time; then the medians over seeds. MAML-TRPO on these rows is not wired here yet."""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from envs import make_env  # noqa: E402
 from envs import meta_baselines as mb  # noqa: E402
@@ -59,17 +66,89 @@ def mdp_rows(num_tasks: int, seed: int) -> None:
         print(f"{n:>4} | {cells} | {paper[2]:11.1f} | {paper[3]:.1f}", flush=True)
 
 
-def main() -> None:
+def parse_row(text: str) -> tuple[str, int, int]:
+    """bandit:N:K -> ("bandit", N, K); mdp:N -> ("tabular_mdp", N, 5)."""
+    parts = text.split(":")
+    try:
+        if parts[0] == "bandit" and len(parts) == 3:
+            return "bandit", int(parts[1]), int(parts[2])
+        if parts[0] == "mdp" and len(parts) == 2:
+            return "tabular_mdp", int(parts[1]), 5
+    except ValueError:
+        pass
+    raise SystemExit(f"--train={text}: must be bandit:N:K (e.g. bandit:10:5) or mdp:N (e.g. mdp:10)")
+
+
+def baselines(env: str, n: int, k: int, tasks_n: int, seed: int) -> dict[str, float]:
+    """The row's baselines on the test tasks of a run with `seed` and `--num_test_tasks=tasks_n`."""
+    if env == "bandit":
+        _, tasks = task_split(make_env("bandit", num_arms=k), 0, tasks_n, seed)
+        named = {"random": mb.bandit_random, "gittins": mb.bandit_gittins, "ts": mb.bandit_thompson}
+        return {name: f(tasks, n, seed) for name, f in (named | {"ucb1": mb.bandit_ucb1}).items()}
+    _, tasks = task_split(make_env("tabular_mdp"), 0, tasks_n, seed)
+    return {"random": mb.mdp_random(tasks, n, seed=seed), "psrl": mb.mdp_psrl(tasks, n, seed=seed)}
+
+
+def train_row(args: argparse.Namespace, extra: list[str]) -> int:
+    import statistics
+
+    from learning_suite import run_all  # noqa: PLC0415 - benchmarks/ beside this script
+
+    from appo.tools.plot import load_events, scalar_series
+
+    env, n, k = parse_row(args.train)
+    flags = [f"--episodes_per_trial={n}", f"--num_test_tasks={args.tasks}", f"--train_for_seconds={args.minutes * 60}"]
+    flags += [f"--num_arms={k}"] if env == "bandit" else []
+    runs = run_all([(env, s) for s in args.seeds], 10**12, args.out / "runs", flags + extra, args.parallel)
+    paper = PAPER_BANDITS.get((n, k), (None,) * 5)[-1] if env == "bandit" else PAPER_MDPS.get(n, (None,) * 4)[-1]
+    print(
+        f"\nRL^2-APPO on {args.train} ({args.tasks} held-out tasks, {args.minutes:g} min per run); paper RL^2: {paper}"
+    )
+    rows = []
+    for run in sorted(runs, key=lambda r: r.seed):
+        events = load_events(run.folder / "summaries" / "0")
+        last = {}
+        for tag in ("meta_test_sampled/trial_return", "meta_test/trial_return", "episode/return_mean"):
+            series = scalar_series(events, tag)
+            last[tag] = (float(series[2][-3:].mean()), int(series[0][-1])) if series else (float("nan"), 0)
+        base = baselines(env, n, k, args.tasks, run.seed)
+        rows.append((last["meta_test_sampled/trial_return"][0], last["meta_test/trial_return"][0], base))
+        cells = " ".join(f"{name} {value:.1f}" for name, value in base.items())
+        print(
+            f"seed {run.seed} (exit {run.status}): sampled {rows[-1][0]:.2f}, deterministic {rows[-1][1]:.2f} | "
+            f"{cells} | {last['episode/return_mean'][1]:,} env steps, {run.wall:.0f} s",
+            flush=True,
+        )
+    if rows:
+        print(
+            f"median over seeds: sampled {statistics.median(r[0] for r in rows):.2f}, deterministic "
+            f"{statistics.median(r[1] for r in rows):.2f}; baselines "
+            + " ".join(f"{name} {statistics.median(r[2][name] for r in rows):.1f}" for name in rows[0][2])
+        )
+    return 0 if runs and all(r.status == 0 for r in runs) else 1
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=500, help="held-out test tasks per row")
     parser.add_argument("--seed", type=int, default=0, help="the run seed whose test tasks are used")
-    args = parser.parse_args()
+    parser.add_argument("--train", help="train RL^2-APPO on this row: bandit:N:K or mdp:N")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="--train: one run per seed")
+    parser.add_argument("--minutes", type=float, default=15.0, help="--train: wall time per run")
+    parser.add_argument("--parallel", type=int, default=3, help="--train: runs at a time")
+    parser.add_argument("--out", type=Path, default=ROOT / "train_dir" / "rl2_tables", help="--train: runs folder")
+    args, extra = parser.parse_known_args()
+    if args.train:
+        return train_row(args, extra)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     start = time.time()
     bandit_rows(args.tasks, args.seed)
     print()
     mdp_rows(args.tasks, args.seed)
     print(f"\n{args.tasks} tasks per row, seed {args.seed}, {time.time() - start:.1f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -140,24 +140,38 @@ def run_tasks(cfg: Any, env: gym.Env) -> list[Task]:
     """The task table of an episodic run (appo/sampling/env_runner.py: MAML), which its control channel's TASK cells
     index: the run's train tasks, then its test tasks (envs.tasks.task_split of --num_train_tasks, --num_test_tasks,
     --seed)."""
+    train, test = _run_split(cfg, env)
+    return train + test
+
+
+# One split per run and process: every env of an actor worker (and its task assigner) shares the same task lists
+# instead of drawing its own copy (10,000 tabular MDP tasks of 550 values each, drawn for each of 64 envs, held
+# 3.5 GB per actor worker and took minutes to draw). The lists are read, never changed.
+_SPLITS: dict[tuple[Any, ...], tuple[list[Task], list[Task]]] = {}
+
+
+def _run_split(cfg: Any, env: gym.Env) -> tuple[list[Task], list[Task]]:
     from envs.tasks import task_split
 
-    train, test = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
-    return train + test
+    family = type(getattr(env, "unwrapped", env))
+    key = (family, tuple(sorted(env_kwargs(cfg).items())), cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
+    if key not in _SPLITS:
+        _SPLITS.clear()  # one run per process: keep one split
+        _SPLITS[key] = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
+    return _SPLITS[key]
 
 
 def _run_schedule(cfg: Any, env: gym.Env, env_idx: int, split: str) -> tuple[list[Task], TaskSchedule]:
     """The `split` tasks of a run and the schedule of env `env_idx` over them: the one rule behind the
     wrapper's schedule and the actor's task assigner."""
     from envs.schedules import make_schedule
-    from envs.tasks import task_split
 
     if not is_task_env(env):
         raise UnknownEnvError(
             f"--task_schedule={cfg.task_schedule}: --env={cfg.env} is not a task family "
             f"({', '.join(sorted(PROJECT_ENVS))}); use --task_schedule=none"
         )
-    train, test = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
+    train, test = _run_split(cfg, env)
     if split == "test":
         # The training trial length, not --episodes_per_trial: under per_episode training sees 1-episode
         # trials, and a 2-episode meta-test trial would double the return it reports.

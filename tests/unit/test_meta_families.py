@@ -156,3 +156,18 @@ def test_tasks_of_many_values_get_short_buckets():
     assert task_bucket(mdp) == "mean_of_50=+1.0"
     assert task_bucket({"p0": 0.2, "p1": 0.9, "p2": 0.4, "p3": 0.1, "p4": 0.7}) == "mean_of_5=+0.5"
     assert task_bucket({"goal_x": 0.3, "goal_y": -1.2}) == "goal_x=+0.5,goal_y=-1.0"
+
+
+def test_the_envs_of_a_run_share_one_task_split():
+    """Every env of an actor worker and its task assigner read the same train task list (10,000 tabular MDP
+    tasks drawn for each of 64 envs held 3.5 GB per worker); a run of another size or seed gets its own."""
+    from envs import make_task_assigner
+
+    cfg = parse_cfg(["--env=tabular_mdp", "--num_train_tasks=50", "--mdp_states=4"])
+    envs = [make_run_env(cfg, env_idx=i) for i in range(3)]
+    assigners = [make_task_assigner(cfg, env, i) for i, env in enumerate(envs)]
+    assert all(a.tasks is assigners[0].tasks for a in assigners)
+    assert assigners[0].tasks == task_split(make_env("tabular_mdp", num_states=4), 50, cfg.num_test_tasks, cfg.seed)[0]
+    other = parse_cfg(["--env=tabular_mdp", "--num_train_tasks=50", "--mdp_states=5"])
+    tasks = make_task_assigner(other, make_run_env(other), 0).tasks
+    assert len(tasks[0]) != len(assigners[0].tasks[0])  # 5 states: more values per task
