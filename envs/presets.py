@@ -65,6 +65,20 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "Walker2d": FALLING_ROBOT_PRESET,
 }
 
+# Long runs (issue 37: --train_for_env_steps of LONG_RUN_STEPS or more). FALLING_ROBOT_PRESET's many small steps
+# (tuned at 1M) kept knocking Walker2d off its gait over 10M: every seed near its best by 1M, then oscillating
+# between 1,500 and 4,500 (median 3,095 at 10M, session 12). Sample Factory's own steps (the MuJoCo preset's: 2
+# epochs of 4 x 1,024 at 2.95e-3, decaying) with std 1 climb all the way instead: seeds 0-2 at 10M in
+# docs/benchmarks.md (session 23), and 4,392 noisy / 5,000 deterministic by 6.6M on a 16-core machine. At 1M the
+# same steps are below CleanRL's mean (2,048 / 2,159, session 10), so runs shorter than that keep the 1M preset.
+LONG_RUN_STEPS = 5_000_000
+MUJOCO_LONG_RUN_PRESETS: dict[str, dict[str, Any]] = {
+    "Walker2d": {
+        key: MUJOCO_PRESET[key] for key in ("learning_rate", "num_epochs", "batch_size", "num_batches_per_epoch")
+    }
+    | {"initial_log_std": 0.0},
+}
+
 
 # Project meta-task families (envs/__init__.py): the MuJoCo ones train like their base robots.
 MUJOCO_PROJECT_ENVS = (
@@ -194,10 +208,13 @@ TASK_KEYS = frozenset(
 )
 
 
-def env_preset(env_name: str, algo: str = "appo") -> dict[str, Any]:
+def env_preset(env_name: str, algo: str = "appo", env_steps: int | None = None) -> dict[str, Any]:
     """Defaults that suit `env_name` better than the generic ones for `algo`; empty when there is no preset. The
-    presets are PPO's: another algorithm takes only their task settings (TASK_KEYS)."""
+    presets are PPO's: another algorithm takes only their task settings (TASK_KEYS). A run of `env_steps` (its
+    --train_for_env_steps) of LONG_RUN_STEPS or more takes the env's long-run changes."""
     preset = _ppo_preset(env_name)
+    if env_steps is not None and env_steps >= LONG_RUN_STEPS:
+        preset = preset | MUJOCO_LONG_RUN_PRESETS.get(env_name.split("-")[0], {})
     return preset if algo == "appo" else {k: v for k, v in preset.items() if k in TASK_KEYS}
 
 
@@ -211,7 +228,9 @@ def _ppo_preset(env_name: str) -> dict[str, Any]:
     if env_name in ("bandit", "gaussian_bandit"):
         return META_PRESET | RL2_TABLE_PRESET | {"num_test_tasks": 1000}
     if env_name == "tabular_mdp":
-        return META_PRESET | RL2_TABLE_PRESET | {"num_train_tasks": 1000, "num_test_tasks": 200}
+        # gamma 0.99: with gamma 1 and 2 epochs of 1,280 a run stayed at random play (about 100) for 1.8M env
+        # steps; with 0.99 and the preset's steps it rose, slowly (101 -> 105 in 600k). Far from the paper's 156.
+        return META_PRESET | RL2_TABLE_PRESET | {"num_train_tasks": 1000, "num_test_tasks": 200, "gamma": 0.99}
     base = env_name.split("-")[0]
     if base in MUJOCO_IDS:
         return MUJOCO_PRESET | MUJOCO_FAMILY_PRESETS.get(base, {})

@@ -272,7 +272,8 @@ def merge_cfg(explicit: dict[str, Any], saved: dict[str, Any] | None, cls: type 
     env_name = explicit.get("env") or (saved or {}).get("env") or Cfg.env
     algo = explicit.get("algo") or (saved or {}).get("algo") or Cfg.algo
     values: dict[str, Any] = {}
-    values.update(env_preset(env_name, algo))
+    env_steps = explicit.get("train_for_env_steps") or (saved or {}).get("train_for_env_steps")
+    values.update(env_preset(env_name, algo, env_steps))
     values.update(algorithm_defaults(algo))
     if saved:
         names = {f.name for f in fields(cls)}

@@ -278,6 +278,15 @@ def test_presets() -> None:
     cfg = merge_cfg({"env": "navigation2d"}, None)  # every preset key is a cfg key
     assert cfg.rollout == NAVIGATION2D_PRESET["rollout"] and cfg.learning_rate == NAVIGATION2D_PRESET["learning_rate"]
     assert merge_cfg({"env": "ant_goal"}, None).num_epochs == MUJOCO_PRESET["num_epochs"]
+    # Long runs (issue 37): Walker2d takes Sample Factory's steps with std 1 from 5M env steps on, flags still win,
+    # a resumed run keeps its budget's preset; Hopper keeps its own.
+    long = {"env": "Walker2d-v5", "train_for_env_steps": 10_000_000}
+    cfg = merge_cfg(long, None)
+    assert (cfg.initial_log_std, cfg.num_epochs, cfg.batch_size, cfg.learning_rate) == (0.0, 2, 1024, 0.00295)
+    assert merge_cfg(long | {"num_epochs": 5}, None).num_epochs == 5
+    assert merge_cfg({"env": "Walker2d-v5"}, {"env": "Walker2d-v5", "train_for_env_steps": 10_000_000}).num_epochs == 2
+    assert merge_cfg({"env": "Walker2d-v5", "train_for_env_steps": 4_999_999}, None).num_epochs == 10
+    assert merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 10_000_000}, None).num_epochs == 10
 
 
 def test_importing_envs_does_not_import_mujoco() -> None:
