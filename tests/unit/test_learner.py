@@ -16,9 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from appo.algorithms.base import NonFiniteGuard
 from appo.algorithms.common.losses import entropy_loss, policy_loss, value_loss
-from appo.algorithms.ppo.algorithm import PPO
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
 from appo.learning.batcher import Batch
@@ -394,25 +392,3 @@ def test_a_resume_restores_the_random_generators(tmp_path):
     assert torch.equal(again[0], after_save[0]), f"torch: {again[0]} vs {after_save[0]} after the save"
     assert np.array_equal(again[1], after_save[1]), f"numpy: {again[1]} vs {after_save[1]}"
     assert again[2] == after_save[2], f"python: {again[2]} vs {after_save[2]}"
-
-
-def test_budget_fraction_follows_whichever_budget_ends_the_run():
-    from appo.config.derive import budget_fraction
-
-    assert budget_fraction(Cfg(train_for_env_steps=1000), 250, 3, 5.0) == pytest.approx(0.25)
-    assert budget_fraction(Cfg(train_for_seconds=20.0), 250, 3, 5.0) == pytest.approx(0.25)
-    assert budget_fraction(Cfg(train_for_env_steps=1000, train_for_seconds=10.0), 250, 3, 5.0) == pytest.approx(0.5)
-    assert budget_fraction(Cfg(train_for_iterations=4), 250, 3, 5.0) == pytest.approx(0.75)
-    assert budget_fraction(Cfg(), 10**6, 10**4, 3600.0) < 1e-3  # no budget set: next to nothing
-
-
-def test_linear_decay_follows_the_budget_used():
-    cfg = Cfg(lr_schedule="linear_decay", learning_rate=0.01, train_for_seconds=100.0)
-    model = make_model(cfg, *SPACES)
-    algorithm = PPO(cfg, derive(cfg), model, "cpu", NonFiniteGuard(0))
-    assert algorithm._set_learning_rate(0) == pytest.approx(0.01)
-    algorithm.budget_used = 0.75
-    assert algorithm._set_learning_rate(0) == pytest.approx(0.0025)
-    assert algorithm.optimizer.param_groups[0]["lr"] == pytest.approx(0.0025)
-    algorithm.budget_used = 1.2
-    assert algorithm._set_learning_rate(0) == 0.0

@@ -1,14 +1,20 @@
-"""--lr_schedule=kl_adaptive_minibatch / kl_adaptive_epoch (issue 37): on a real learner and real batches, the rate
-moves by 1.5 per minibatch (or per epoch) the way the approximate KL says, stays within its bounds, reaches
-tensorboard's train/learning_rate through the stats, and a resumed learner goes on from the rate it saved."""
+"""Learning-rate schedules (issue 37). --lr_schedule=linear_decay follows whichever budget ends the run.
+--lr_schedule=kl_adaptive_minibatch / kl_adaptive_epoch: on a real learner and real batches, the rate moves by 1.5
+per minibatch (or per epoch) the way the approximate KL says, stays within its bounds, reaches tensorboard's
+train/learning_rate through the stats, and a resumed learner goes on from the rate it saved."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from appo.algorithms.base import NonFiniteGuard
+from appo.algorithms.ppo.algorithm import PPO
+from appo.config.cfg import Cfg
+from appo.config.derive import derive
 from appo.config.verify import verify
-from tests.unit.test_learner import fill, make_learner, small_cfg, take_batch
+from appo.models.registry import make_model
+from tests.unit.test_learner import SPACES, fill, make_learner, small_cfg, take_batch
 
 # small_cfg: 2 epochs of 2 minibatches per iteration.
 MINIBATCHES = 4
@@ -77,3 +83,25 @@ def test_a_resumed_learner_goes_on_from_the_rate_it_saved(tmp_path):
 def test_bad_schedule_flags_are_named(flags, expected):
     errors = verify(small_cfg(**flags))
     assert any(e.startswith(expected) for e in errors), errors
+
+
+def test_budget_fraction_follows_whichever_budget_ends_the_run():
+    from appo.config.derive import budget_fraction
+
+    assert budget_fraction(Cfg(train_for_env_steps=1000), 250, 3, 5.0) == pytest.approx(0.25)
+    assert budget_fraction(Cfg(train_for_seconds=20.0), 250, 3, 5.0) == pytest.approx(0.25)
+    assert budget_fraction(Cfg(train_for_env_steps=1000, train_for_seconds=10.0), 250, 3, 5.0) == pytest.approx(0.5)
+    assert budget_fraction(Cfg(train_for_iterations=4), 250, 3, 5.0) == pytest.approx(0.75)
+    assert budget_fraction(Cfg(), 10**6, 10**4, 3600.0) < 1e-3  # no budget set: next to nothing
+
+
+def test_linear_decay_follows_the_budget_used():
+    cfg = Cfg(lr_schedule="linear_decay", learning_rate=0.01, train_for_seconds=100.0)
+    model = make_model(cfg, *SPACES)
+    algorithm = PPO(cfg, derive(cfg), model, "cpu", NonFiniteGuard(0))
+    assert algorithm._set_learning_rate(0) == pytest.approx(0.01)
+    algorithm.budget_used = 0.75
+    assert algorithm._set_learning_rate(0) == pytest.approx(0.0025)
+    assert algorithm.optimizer.param_groups[0]["lr"] == pytest.approx(0.0025)
+    algorithm.budget_used = 1.2
+    assert algorithm._set_learning_rate(0) == 0.0
