@@ -52,7 +52,10 @@ class PPO(Algorithm):
         self.adaptive = KlAdaptiveRate(cfg)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "adaptive_lr": self.adaptive.state()}
+        state = {"optimizer": self.optimizer.state_dict()}
+        if self.cfg.lr_schedule.startswith("kl_adaptive"):  # the rate is state only when it adapts
+            state["adaptive_lr"] = self.adaptive.state()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
