@@ -6,12 +6,10 @@ acting in numpy never import torch (appo/protocol/shared_views.py), so nothing h
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -83,6 +81,7 @@ def component_main(cfg: Cfg, name: str, queues: Any, body: Callable[[], None], c
     # killed by the driver (stop_processes), and every child dies with the driver (die_with_parent).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # blocked by start_process
     init_logging(cfg.log_level, log_path(experiment_dir(cfg)), name)
     _limits = limit_threads(1)
     if cpu is not None:
@@ -100,27 +99,18 @@ def component_main(cfg: Cfg, name: str, queues: Any, body: Callable[[], None], c
 
 
 def start_process(ctx: Any, target: Callable[..., None], args: tuple, name: str) -> Any:
-    """Start a child that ignores SIGINT and SIGTERM from its first instruction: both are ignored in this process
-    while the child is spawned, and a spawned Python keeps an ignored SIGINT ignored, so a Ctrl-C to the whole
-    process group while the child still imports (before component_main ignores them itself) cannot kill it.
-    Off the main thread (where signal handlers cannot be set) the child is started as it is."""
+    """Start a child whose SIGINT and SIGTERM are blocked from its first instruction until component_main ignores
+    them: the spawning thread blocks both while it forks, and the child inherits the mask across exec, so a
+    Ctrl-C to the whole process group while the child still imports cannot kill it. The driver itself loses
+    nothing: the signal goes to another of its threads or waits, pending, until the mask is restored."""
     process = ctx.Process(target=target, args=args, name=name, daemon=False)
-    with _signals_ignored():
-        process.start()
-    return process
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Any:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     try:
-        yield
+        process.start()
     finally:
-        for sig, handler in before.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    return process
 
 
 def stop_processes(
