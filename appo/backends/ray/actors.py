@@ -17,6 +17,7 @@ from appo.models.registry import make_model
 from appo.protocol.buffers import POISON, allocate_control, first_slot, trajectory_spec, worker_envs
 from appo.protocol.messages import SlotsReleased, TrajectoryReady
 from appo.protocol.param_sync import ParamStore
+from utils.logging import log
 
 IN_FLIGHT = 2  # collect calls queued per actor: one running, one waiting, so that an actor never idles
 PARKED_SECONDS = 0.02  # a call that finds nothing to step returns after this long (its groups are all away)
@@ -164,3 +165,26 @@ class ActorState:
     is_parked: bool = False
     started: Any = None  # the ref of the pending `start` call
     start_at: float | None = None  # when to call `start` again (its actor was still restarting)
+
+
+def remote_actor_class(cfg: Cfg, cls: type, started_ray: bool, what: str) -> Any:
+    """Log the cluster the run got, and return `cls` (RayActorWorker or a subclass) as a Ray actor class with the
+    run's CPUs and restarts, spread over the nodes. A lost call is not replayed (max_task_retries=0): the driver
+    gives the actor's work again itself."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    log.info(
+        "ray: %s, %d node(s), %g CPUs; %s on any node (%g CPU each)",
+        "private instance on 127.0.0.1" if started_ray else f"cluster at {cfg.ray_address}",
+        len(nodes),
+        sum(n["Resources"].get("CPU", 0) for n in nodes),
+        what,
+        cfg.ray_worker_cpus,
+    )
+    return ray.remote(cls).options(
+        num_cpus=cfg.ray_worker_cpus,
+        max_restarts=cfg.ray_max_restarts,
+        max_task_retries=0,
+        scheduling_strategy="SPREAD",
+    )

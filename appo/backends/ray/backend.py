@@ -41,7 +41,7 @@ import numpy as np
 
 from appo.algorithms.registry import algorithm_spec
 from appo.backends.local import LocalBackend
-from appo.backends.ray.actors import IN_FLIGHT, ActorState, RayActorWorker
+from appo.backends.ray.actors import IN_FLIGHT, ActorState, RayActorWorker, remote_actor_class
 from appo.backends.ray.connection import connect, first_line
 from appo.models.registry import make_model
 from appo.protocol.buffers import worker_envs
@@ -90,22 +90,7 @@ class RayBackend(LocalBackend):
         return algorithm_spec(self.cfg.algo).replay_shards and self.cfg.num_replay_shards > 0
 
     def start_actor_workers(self) -> None:
-        import ray
-
-        nodes = [n for n in ray.nodes() if n["Alive"]]
-        log.info(
-            "ray: %s, %d node(s), %g CPUs; actor workers on any node (%g CPU each)",
-            "private instance on 127.0.0.1" if self.started_ray else f"cluster at {self.cfg.ray_address}",
-            len(nodes),
-            sum(n["Resources"].get("CPU", 0) for n in nodes),
-            self.cfg.ray_worker_cpus,
-        )
-        remote = ray.remote(RayActorWorker).options(
-            num_cpus=self.cfg.ray_worker_cpus,
-            max_restarts=self.cfg.ray_max_restarts,
-            max_task_retries=0,  # a lost call is not replayed: the driver restarts the actor's work itself
-            scheduling_strategy="SPREAD",
-        )
+        remote = remote_actor_class(self.cfg, RayActorWorker, self.started_ray, "actor workers")
         for w in self.topology.actors:
             handle = remote.remote(self.cfg, self.derived, w, self.spaces, self.shards or None)
             state = ActorState(handle, versions=[-1] * self.cfg.num_policies)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from appo.backends.maml_actors import RESULT_TIMEOUT, ActorPool
-from appo.backends.ray.actors import ActorState, RayActorWorker
+from appo.backends.ray.actors import ActorState, RayActorWorker, remote_actor_class
 from appo.backends.ray.connection import connect, first_line
 from appo.protocol.buffers import worker_envs
 from appo.protocol.messages import SlotsReleased
@@ -77,23 +77,8 @@ class RayActorPool(ActorPool):
         self.restarts = 0
 
     def start(self) -> None:
-        import ray
-
         started = connect(self.cfg, namespace=f"appo_maml_{socket.gethostname()}_{os.getpid()}")
-        nodes = [n for n in ray.nodes() if n["Alive"]]
-        log.info(
-            "ray: %s, %d node(s), %g CPUs; MAML's actor workers on any node (%g CPU each)",
-            "private instance on 127.0.0.1" if started else f"cluster at {self.cfg.ray_address}",
-            len(nodes),
-            sum(n["Resources"].get("CPU", 0) for n in nodes),
-            self.cfg.ray_worker_cpus,
-        )
-        remote = ray.remote(RayMamlWorker).options(
-            num_cpus=self.cfg.ray_worker_cpus,
-            max_restarts=self.cfg.ray_max_restarts,
-            max_task_retries=0,  # a lost call is not replayed: the driver gives its splits again
-            scheduling_strategy="SPREAD",
-        )
+        remote = remote_actor_class(self.cfg, RayMamlWorker, started, "MAML's actor workers")
         for w in range(self.cfg.num_workers):
             handle = remote.remote(self.actor_cfg, self.derived, w, self.spaces, len(self.params))
             state = ActorState(handle, versions=[-1] * len(self.params))
