@@ -84,6 +84,13 @@ class DiagGaussian:
         t = ((self.mean - other.mean) / other.std).square()
         return (0.5 * (var_ratio + t - 1.0 - var_ratio.log())).sum(dim=-1)
 
+    def rows(self, index: Tensor) -> DiagGaussian:
+        """The distributions of the samples ``index`` (``[n]`` indices into ``B``)."""
+        return DiagGaussian(self.mean[index], self.log_std[index])
+
+    def detach(self) -> DiagGaussian:
+        return DiagGaussian(self.mean.detach(), self.log_std.detach())
+
     def mode(self) -> Tensor:
         """Deterministic action (the mean), used for evaluation.
 
@@ -160,6 +167,13 @@ class Categorical:
         # Actions impossible under self contribute nothing, even where other also has probability 0.
         terms = torch.where(self.logits.isneginf(), torch.zeros_like(terms), terms)
         return terms.sum(dim=-1)
+
+    def rows(self, index: Tensor) -> Categorical:
+        """The distributions of the samples ``index`` (``[n]`` indices into ``B``)."""
+        return Categorical(self.logits[index])
+
+    def detach(self) -> Categorical:
+        return Categorical(self.logits.detach())
 
     def mode(self) -> Tensor:
         """Most likely action, used for evaluation.

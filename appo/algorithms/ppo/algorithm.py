@@ -78,6 +78,7 @@ class PPO(Algorithm):
             adv_all, ret_all = self._targets(b, self._all_values(b), None)
             if model.returns_normalizer is not None:
                 self._update_normalizer(model.returns_normalizer, ret_all)
+        old_dist = self._old_distribution(b) if cfg.kl_loss_coeff > 0 else None
         sums: dict[str, float] = {}
         count = 0
         probe: Tensor | None = None  # the first minibatch: where the KL is read before and after the update
@@ -91,9 +92,9 @@ class PPO(Algorithm):
                     if adv_all is not None:
                         diagnostics |= self._value_moments(b, adv_all, ret_all)
                 if is_per_step:
-                    loss, mb_stats = self._per_step_loss(b, idx, adv_all, ret_all, n_steps)
+                    loss, mb_stats = self._per_step_loss(b, idx, adv_all, ret_all, n_steps, old_dist)
                 else:
-                    loss, mb_stats = self._trajectory_loss(b, idx, adv_all, ret_all, n_steps)
+                    loss, mb_stats = self._trajectory_loss(b, idx, adv_all, ret_all, n_steps, old_dist)
                 grad_norm = self.guard.step(loss, list(model.parameters()), self.optimizer, cfg.max_grad_norm)
                 if grad_norm != grad_norm:  # NaN: the guard skipped this step
                     continue
@@ -227,6 +228,16 @@ class PPO(Algorithm):
             boot = self.model.value_of(b["obs"][:, T], b["rnn_states"][:, T])
         return torch.cat([values, boot.unsqueeze(1)], dim=1)
 
+    @torch.no_grad()
+    def _old_distribution(self, b: dict[str, Tensor]) -> Any:
+        """The policy's distribution over the batch's N * T steps (flattened) under the weights before this
+        iteration's updates, for --kl_loss_coeff: the behaviour policy itself in a synchronous run."""
+        T = b["rewards"].shape[1]
+        if b["rewards"].shape[0] == 0:
+            return None
+        out = self.model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], self.derived.recurrence)
+        return out.dist
+
     # --- losses -------------------------------------------------------------------------------------
     def _loss(
         self,
@@ -237,10 +248,12 @@ class PPO(Algorithm):
         old_values: Tensor,
         adv: Tensor,
         targets: Tensor,
-        mean: Tensor | None,
+        dist: Any,
+        old_dist: Any,
         part: Part,
     ) -> tuple[Tensor, dict[str, float]]:
-        """PPO's total loss; `mean`: the Gaussian means [n, A] of these steps, for the bounds loss; `part`: this
+        """PPO's total loss; `dist`: the policy's distribution over these steps (its Gaussian means for the bounds
+        loss), `old_dist` the same steps' before this iteration (for the KL loss; None without); `part`: this
         rank's share of the minibatch."""
         cfg, ranks = self.cfg, self.ranks
         if cfg.normalize_advantage and not ranks.is_distributed and adv.numel() > 1:
@@ -255,8 +268,13 @@ class PPO(Algorithm):
         e_loss = entropy_loss(entropy)
         terms = {"policy_loss": p_loss, "value_loss": v_loss, "entropy": -e_loss}
         terms |= {"kl": p_stats["approx_kl"], "clip_fraction": p_stats["clip_fraction"]}
+        mean = _mean(dist)
         if cfg.bounds_loss_coeff > 0 and self.box is not None and mean is not None:
             terms["bounds_loss"] = bounds_loss(mean, *self.box)
+        if cfg.kl_loss_coeff > 0:
+            # Sample Factory's fixed KL loss (Schulman et al. 2017's "KL penalty"): KL(current || before), which
+            # pulls the policy back where a minibatch moved it far, also on steps whose ratio is clipped.
+            terms["kl_loss"] = dist.kl(old_dist if old_dist is not None else dist.detach()).mean()
         # Each term is a mean over this rank's steps; weighted by its share it is this rank's part of the mean over
         # the whole minibatch (summed over the ranks by DDP for the gradient, by sum_stats for the statistics).
         share = part.n / part.n_global if ranks.is_distributed else 1.0
@@ -267,15 +285,18 @@ class PPO(Algorithm):
         )
         if "bounds_loss" in terms:
             loss = loss + cfg.bounds_loss_coeff * terms["bounds_loss"]
+        if "kl_loss" in terms:
+            loss = loss + cfg.kl_loss_coeff * terms["kl_loss"]
         if ranks.is_distributed:
             loss = loss * (share * ranks.world_size)  # times G: DDP averages the ranks' gradients
         return loss, {key: value.item() * share for key, value in terms.items()}
 
     def _per_step_loss(
-        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor, ret_all: Tensor, n_global: int
+        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor, ret_all: Tensor, n_global: int, old_dist: Any
     ) -> tuple[Tensor, dict[str, float]]:
         """Minibatch of single steps (feed-forward model, GAE): idx indexes the flattened [N * T]."""
         part = Part(idx.numel(), n_global)
+        old = old_dist.rows(idx) if old_dist is not None and part.n else None
         if part.n == 0:
             b, idx, adv_all, ret_all = _stand_in(b, adv_all, ret_all)
         T = b["rewards"].shape[1]
@@ -290,16 +311,26 @@ class PPO(Algorithm):
             b["values"][n, t],
             adv_all[n, t],
             ret_all[n, t],
-            _mean(out.dist),
+            out.dist,
+            old,
             part,
         )
 
     def _trajectory_loss(
-        self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor | None, ret_all: Tensor | None, n_global: int
+        self,
+        b: dict[str, Tensor],
+        idx: Tensor,
+        adv_all: Tensor | None,
+        ret_all: Tensor | None,
+        n_global: int,
+        old_dist: Any,
     ) -> tuple[Tensor, dict[str, float]]:
         """Minibatch of whole trajectories (V-trace and/or RNN)."""
         T = b["rewards"].shape[1]
         part = Part(idx.numel() * T, n_global)
+        old = None
+        if old_dist is not None and part.n:  # the trajectories' steps in the flattened [N * T]
+            old = old_dist.rows((idx.unsqueeze(1) * T + torch.arange(T, device=idx.device)).flatten())
         if part.n == 0:
             b, idx, adv_all, ret_all = _stand_in(b, adv_all, ret_all)
         obs, rnn = b["obs"][idx], b["rnn_states"][idx]
@@ -317,7 +348,7 @@ class PPO(Algorithm):
             adv, targets = adv_all[idx], ret_all[idx]
         old_values = b["values"][idx]
         return self._loss(
-            out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, _mean(out.dist), part
+            out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, out.dist, old, part
         )
 
 

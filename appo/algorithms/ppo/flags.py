@@ -19,6 +19,10 @@ class PpoCfg:
     value_loss_coeff: float = flag(0.5, "weight of the value loss")
     exploration_loss_coeff: float = flag(0.003, "weight of the entropy bonus")
     normalize_advantage: bool = flag(True, "normalise advantages per minibatch")
+    kl_loss_coeff: float = flag(
+        0.0,
+        "weight of a KL(current || before the iteration) loss on the policy (Sample Factory's MuJoCo setting: 0.1)",
+    )
     bounds_loss_coeff: float = flag(
         0.0, "weight of a penalty on Gaussian means outside the action box (squared excess in half-ranges)"
     )
@@ -42,4 +46,6 @@ def verify_ppo(cfg: object) -> list[str]:
     errors = []
     if not 0.0 <= cfg.gae_lambda <= 1.0:  # type: ignore[attr-defined]
         errors.append(f"--gae_lambda={cfg.gae_lambda}: must be in [0, 1]")  # type: ignore[attr-defined]
+    if cfg.kl_loss_coeff < 0:  # type: ignore[attr-defined]
+        errors.append(f"--kl_loss_coeff={cfg.kl_loss_coeff}: must be >= 0")  # type: ignore[attr-defined]
     return errors
