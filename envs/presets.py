@@ -6,6 +6,7 @@ action noise than theirs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 MUJOCO_IDS = ("HalfCheetah", "Ant", "Hopper", "Walker2d", "Humanoid", "Swimmer", "Reacher", "InvertedPendulum")
@@ -200,6 +201,18 @@ RL2_TABLE_PRESET: dict[str, Any] = {
 }
 
 
+def rl2_whole_trial_slots(trial_steps: int) -> dict[str, Any]:
+    """A trial longer than RL2_TABLE_PRESET's 20-step slot gets one slot of its own (16 trials a minibatch): the
+    GRU then learns across the whole trial instead of five truncated pieces of it. Bandits n = 100, k = 5, seed 0,
+    12 minutes (3 runs side by side): 78.0 sampled with 100-step slots, 70.4 with 20-step ones (whose three seeds had
+    plateaued at 64-70 deterministic from 2M steps on, session 23); docs/benchmarks.md, session 24."""
+    if trial_steps <= RL2_TABLE_PRESET["rollout"]:
+        return {}
+    return {"rollout": trial_steps, "batch_size": 16 * trial_steps, "num_batches_per_epoch": 4}
+
+
+RL2_TABLE_ENVS = ("bandit", "gaussian_bandit", "tabular_mdp")
+
 # What a preset says about the env's tasks rather than about training: every algorithm run on the env takes these.
 # The rest of every preset here was tuned for PPO (--algo=appo) and is PPO's alone: SAC on Pendulum took gamma 0.95
 # from the PPO preset until issue 34 (rl-zoo's SAC uses 0.99); an algorithm's defaults are its own (its spec).
@@ -208,13 +221,18 @@ TASK_KEYS = frozenset(
 )
 
 
-def env_preset(env_name: str, algo: str = "appo", env_steps: int | None = None) -> dict[str, Any]:
+def env_preset(
+    env_name: str, algo: str = "appo", env_steps: int | None = None, given: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Defaults that suit `env_name` better than the generic ones for `algo`; empty when there is no preset. The
     presets are PPO's: another algorithm takes only their task settings (TASK_KEYS). A run of `env_steps` (its
-    --train_for_env_steps) of LONG_RUN_STEPS or more takes the env's long-run changes."""
+    --train_for_env_steps) of LONG_RUN_STEPS or more takes the env's long-run changes. `given`: what the run sets
+    itself (flags, a resumed run's cfg.json), which the RL^2 tables' slots follow (a trial's length)."""
     preset = _ppo_preset(env_name)
     if env_steps is not None and env_steps >= LONG_RUN_STEPS:
         preset = preset | MUJOCO_LONG_RUN_PRESETS.get(env_name.split("-")[0], {})
+    if env_name in RL2_TABLE_ENVS[:2]:  # bandits: a pull is an episode
+        preset |= rl2_whole_trial_slots((given or {}).get("episodes_per_trial") or preset["episodes_per_trial"])
     return preset if algo == "appo" else {k: v for k, v in preset.items() if k in TASK_KEYS}
 
 
@@ -225,7 +243,7 @@ def _ppo_preset(env_name: str) -> dict[str, Any]:
         return NAVIGATION2D_PRESET | META_PRESET
     if env_name == "lunar_lander_wind":  # the meta settings only (untuned, issue 35): PPO's defaults otherwise
         return dict(META_PRESET)
-    if env_name in ("bandit", "gaussian_bandit"):
+    if env_name in RL2_TABLE_ENVS[:2]:
         return META_PRESET | RL2_TABLE_PRESET | {"num_test_tasks": 1000}
     if env_name == "tabular_mdp":
         # gamma 0.99: with gamma 1 and 2 epochs of 1,280 a run stayed at random play (about 100) for 1.8M env

@@ -273,7 +273,7 @@ def merge_cfg(explicit: dict[str, Any], saved: dict[str, Any] | None, cls: type 
     algo = explicit.get("algo") or (saved or {}).get("algo") or Cfg.algo
     values: dict[str, Any] = {}
     env_steps = explicit.get("train_for_env_steps") or (saved or {}).get("train_for_env_steps")
-    values.update(env_preset(env_name, algo, env_steps))
+    values.update(env_preset(env_name, algo, env_steps, (saved or {}) | explicit))
     values.update(algorithm_defaults(algo))
     if saved:
         names = {f.name for f in fields(cls)}

@@ -116,6 +116,17 @@ def test_flags_reach_the_env_and_are_checked(tmp_path) -> None:
     assert "--num_arms=1: a bandit needs at least 2 arms" in errors and "--mdp_states=0: must be > 0" in errors
 
 
+def test_a_long_bandit_trial_gets_a_slot_of_its_own(tmp_path) -> None:
+    def cfg(*flags: str):
+        return parse_cfg(["--env=bandit", f"--train_dir={tmp_path}", *flags])
+
+    assert (cfg().rollout, cfg().batch_size) == (20, 640)  # n = 10: two trials a slot, as measured
+    long = cfg("--episodes_per_trial=100")
+    assert (long.rollout, long.batch_size, long.num_batches_per_epoch) == (100, 1600, 4)
+    assert cfg("--episodes_per_trial=100", "--rollout=50").rollout == 50  # a flag still wins
+    assert cfg("--episodes_per_trial=100", "--algo=maml_trpo").rollout != 100  # the preset is PPO's
+
+
 def test_bandit_baselines_rank_as_expected() -> None:
     _, tasks = task_split(make_env("bandit"), 0, 200, seed=0)
     random = mb.bandit_random(tasks, 100, seed=0)
