@@ -205,7 +205,8 @@ def rl2_whole_trial_slots(trial_steps: int) -> dict[str, Any]:
     """A trial longer than RL2_TABLE_PRESET's 20-step slot gets one slot of its own (16 trials a minibatch): the
     GRU then learns across the whole trial instead of five truncated pieces of it. Bandits n = 100, k = 5, seed 0,
     12 minutes (3 runs side by side): 78.0 sampled with 100-step slots, 70.4 with 20-step ones (whose three seeds had
-    plateaued at 64-70 deterministic from 2M steps on, session 23); docs/benchmarks.md, session 24."""
+    plateaued at 64-70 deterministic from 2M steps on, session 23); three seeds each, 28 minutes, six runs at a
+    time: k = 5 77.2 / 77.6 / 77.9, k = 10 78.6 / 78.3 / 78.4 (docs/benchmarks.md, session 24)."""
     if trial_steps <= RL2_TABLE_PRESET["rollout"]:
         return {}
     return {"rollout": trial_steps, "batch_size": 16 * trial_steps, "num_batches_per_epoch": 4}
