@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from appo.algorithms.ppo.algorithm import bounds_loss
+from appo.algorithms.common.losses import bounds_loss
 from appo.config.cfg import Cfg
 from appo.models.registry import make_model
 

@@ -97,3 +97,12 @@ def entropy_loss(entropy: Tensor) -> Tensor:
         Scalar tensor ``-mean(entropy)``.
     """
     return -entropy.mean()
+
+
+def bounds_loss(mean: Tensor, centre: Tensor, half_width: Tensor) -> Tensor:
+    """Mean over steps of the squared excess of each Gaussian mean beyond the action box, in half-widths:
+    0 inside the box. The env sees clipped actions, so a mean outside the box gets no gradient from the
+    returns (every sample near it clips to the same action) and drifts; navigation2d, whose reward has no action
+    cost, was seen to walk away from its goals for good that way (rl_games' bounds_loss plays the same role)."""
+    excess = ((mean - centre).abs() - half_width).clamp(min=0.0) / half_width
+    return excess.pow(2).sum(-1).mean()

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
-from appo.algorithms.common.losses import entropy_loss, policy_loss, value_loss
+from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
 from appo.algorithms.common.lr_schedule import KlAdaptiveRate
 from appo.algorithms.common.returns import gae, vtrace
 from appo.config.cfg import Cfg
@@ -381,15 +381,6 @@ def _stand_in(
 def _mean(dist: Any) -> Tensor | None:
     """The Gaussian means [n, A] of a distribution over n steps; None for a categorical one."""
     return getattr(dist, "mean", None)
-
-
-def bounds_loss(mean: Tensor, centre: Tensor, half_width: Tensor) -> Tensor:
-    """Mean over steps of the squared excess of each Gaussian mean beyond the action box, in half-widths:
-    0 inside the box. The env sees clipped actions, so a mean outside the box gets no gradient from the
-    returns (every sample near it clips to the same action) and drifts; navigation2d, whose reward has no action
-    cost, was seen to walk away from its goals for good that way (rl_games' bounds_loss plays the same role)."""
-    excess = ((mean - centre).abs() - half_width).clamp(min=0.0) / half_width
-    return excess.pow(2).sum(-1).mean()
 
 
 def update_finite(normalizer: Any, x: Tensor) -> None:
