@@ -88,8 +88,10 @@ class DiagGaussian:
         """The distributions of the samples ``index`` (``[n]`` indices into ``B``)."""
         return DiagGaussian(self.mean[index], self.log_std[index])
 
-    def detach(self) -> DiagGaussian:
-        return DiagGaussian(self.mean.detach(), self.log_std.detach())
+    def frozen(self) -> DiagGaussian:
+        """A copy without gradient that later in-place updates of the weights leave as it is (a state-independent
+        log_std is a view of the parameter)."""
+        return DiagGaussian(self.mean.detach().clone(), self.log_std.detach().clone())
 
     def mode(self) -> Tensor:
         """Deterministic action (the mean), used for evaluation.
@@ -172,8 +174,9 @@ class Categorical:
         """The distributions of the samples ``index`` (``[n]`` indices into ``B``)."""
         return Categorical(self.logits[index])
 
-    def detach(self) -> Categorical:
-        return Categorical(self.logits.detach())
+    def frozen(self) -> Categorical:
+        """A copy without gradient that later in-place updates of the weights leave as it is."""
+        return Categorical(self.logits.detach().clone())
 
     def mode(self) -> Tensor:
         """Most likely action, used for evaluation.

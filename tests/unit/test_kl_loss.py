@@ -4,6 +4,8 @@ policy closer to the one that acted than no weight does, on both minibatch paths
 
 from __future__ import annotations
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -47,3 +49,35 @@ def test_rows_pick_the_distributions_of_those_samples():
 def test_a_negative_kl_weight_is_named():
     errors = verify(small_cfg(kl_loss_coeff=-0.1))
     assert any(e.startswith("--kl_loss_coeff=-0.1: must be >= 0") for e in errors), errors
+
+
+def test_a_gaussian_policy_trains_with_the_kl_loss():
+    """The state-independent log_std is a parameter the optimizer changes in place: the distribution from before
+    the iteration must be a copy (a view of it failed at the first step of a Walker2d run)."""
+    from appo.algorithms.base import NonFiniteGuard
+    from appo.algorithms.ppo.algorithm import PPO
+    from appo.config.derive import derive
+    from appo.models.registry import make_model
+
+    torch.manual_seed(0)
+    obs_space, action_space = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-1, 1, (2,), np.float32)
+    cfg = small_cfg(env="Pendulum-v1", kl_loss_coeff=0.1, with_vtrace=False, learning_rate=0.01)
+    model = make_model(cfg, obs_space, action_space)
+    ppo = PPO(cfg, derive(cfg), model, "cpu", NonFiniteGuard(0))
+    N, T = 16, cfg.rollout
+    obs = torch.randn(N, T + 1, 3)
+    with torch.no_grad():
+        out = model.act(obs[:, :T].reshape(N * T, 3), torch.zeros(N * T, 1))
+    b = {
+        "obs": obs,
+        "actions": out.actions.reshape(N, T, 2),
+        "log_probs": out.log_probs.reshape(N, T),
+        "values": out.values.reshape(N, T),
+        "rewards": out.actions.reshape(N, T, 2)[..., 0],  # pays the first action: the means move
+        "dones": torch.zeros(N, T),
+        "truncated": torch.zeros(N, T),
+        "rnn_states": torch.zeros(N, T + 1, 1),
+    }
+    log_std = model.log_std.detach().clone()
+    stats = ppo.update(b, 0)
+    assert stats["kl_loss"] > 0.0 and not torch.equal(model.log_std.detach(), log_std)

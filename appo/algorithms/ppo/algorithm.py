@@ -236,7 +236,7 @@ class PPO(Algorithm):
         if b["rewards"].shape[0] == 0:
             return None
         out = self.model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], self.derived.recurrence)
-        return out.dist
+        return out.dist.frozen()
 
     # --- losses -------------------------------------------------------------------------------------
     def _loss(
@@ -274,7 +274,7 @@ class PPO(Algorithm):
         if cfg.kl_loss_coeff > 0:
             # Sample Factory's fixed KL loss (Schulman et al. 2017's "KL penalty"): KL(current || before), which
             # pulls the policy back where a minibatch moved it far, also on steps whose ratio is clipped.
-            terms["kl_loss"] = dist.kl(old_dist if old_dist is not None else dist.detach()).mean()
+            terms["kl_loss"] = dist.kl(old_dist if old_dist is not None else dist.frozen()).mean()
         # Each term is a mean over this rank's steps; weighted by its share it is this rank's part of the mean over
         # the whole minibatch (summed over the ranks by DDP for the gradient, by sum_stats for the statistics).
         share = part.n / part.n_global if ranks.is_distributed else 1.0
