@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,10 +82,22 @@ def run_command_line(argv: list[str] | None) -> tuple[Any, int]:
     """train_appo.py: parse, check and run; (cfg, exit status). SystemExit(2) with `error: ...` on bad input."""
     from appo.config.cfg import parse_cfg
 
-    cfg = parse_cfg(argv)
-    from appo.driver.runner import run  # after parsing: --help stays fast
+    with stop_signals_unblocked():
+        cfg = parse_cfg(argv)
+        from appo.driver.runner import run  # after parsing: --help stays fast
 
-    return cfg, run(cfg)
+        return cfg, run(cfg)
+
+
+@contextlib.contextmanager
+def stop_signals_unblocked() -> Any:
+    """SIGINT and SIGTERM unblocked while a run lasts: a process started by a Ray worker (a sweep's run on Ray)
+    inherits SIGINT blocked (Ray's workers block it), and the run would never see a Ctrl-C."""
+    before = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class _Tee(io.TextIOBase):
@@ -114,7 +127,7 @@ def train(env: str | None = None, experiment: str | None = None, **flags: Any) -
 
     tee = _Tee(sys.stderr, errors)
     try:
-        with _errors_as_exception(errors), contextlib.redirect_stderr(tee):
+        with _errors_as_exception(errors), contextlib.redirect_stderr(tee), stop_signals_unblocked():
             status = run(cfg)
     finally:
         _unhook_logging(tee)

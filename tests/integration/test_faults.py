@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -30,7 +31,7 @@ FAST = [
 ]
 
 
-def start(args: list[str], env: dict | None = None) -> subprocess.Popen:
+def start(args: list[str], env: dict | None = None, preexec_fn: Any = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "train_appo.py", *args],
         cwd=ROOT,
@@ -39,6 +40,7 @@ def start(args: list[str], env: dict | None = None) -> subprocess.Popen:
         text=True,
         start_new_session=True,
         env={**os.environ, **(env or {})},
+        preexec_fn=preexec_fn,
     )
 
 

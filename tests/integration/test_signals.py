@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -37,8 +38,8 @@ def shm() -> set[str]:
 class Run:
     """train_appo.py in a session of its own, its output read line by line as it comes."""
 
-    def __init__(self, args: list[str]) -> None:
-        self.proc = start(args)  # train_appo.py in a session of its own, output piped
+    def __init__(self, args: list[str], preexec_fn: Any = None) -> None:
+        self.proc = start(args, preexec_fn=preexec_fn)  # train_appo.py in a session of its own, output piped
         self.started = time.monotonic()
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -185,3 +186,21 @@ def test_sigint_while_the_final_checkpoint_is_saved(train_dir: Path) -> None:
 @pytest.mark.parametrize("moment", [1.0, 5.0, 10.0, 30.0])
 def test_sigint_at_any_moment_of_a_ray_run(train_dir: Path, moment: float) -> None:
     interrupt_at([*RUN, "--backend=ray", f"--train_dir={train_dir}", "--experiment=sigint_ray"], moment)
+
+
+def test_a_run_started_with_sigint_blocked_still_stops_on_it(train_dir: Path) -> None:
+    """As a sweep's run on Ray starts: Ray's worker processes block SIGINT and the runs they start inherit the mask
+    across exec. The run unblocks it: a Ctrl-C stops it as any other (before, it trained on)."""
+    run = Run([*RUN, f"--train_dir={train_dir}", "--experiment=blocked"], preexec_fn=_block_sigint)
+    try:
+        assert run.wait_for("FPS", 120), f"never trained:\n{run.output()}"
+        took, left = run.interrupt()
+    finally:
+        if run.proc.poll() is None:
+            os.killpg(run.proc.pid, signal.SIGKILL)
+    assert run.proc.returncode == 0, f"exit {run.proc.returncode}:\n{run.output()}"
+    assert took < EXIT_WITHIN and not left, (took, left, run.output())
+
+
+def _block_sigint() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
