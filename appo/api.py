@@ -91,8 +91,13 @@ def run_command_line(argv: list[str] | None) -> tuple[Any, int]:
 
 @contextlib.contextmanager
 def stop_signals_unblocked() -> Any:
-    """SIGINT and SIGTERM unblocked while a run lasts: a process started by a Ray worker (a sweep's run on Ray)
-    inherits SIGINT blocked (Ray's workers block it), and the run would never see a Ctrl-C."""
+    """SIGINT and SIGTERM unblocked and not ignored while a run lasts: a process started by a Ray worker (a sweep's
+    run on Ray) inherits SIGINT blocked (Ray's workers block it), one started in the background by a script
+    (`cmd &`, nohup) inherits it ignored, and the run would miss a Ctrl-C (until its driver catches the signals)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     before = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield

@@ -4,6 +4,7 @@ autouse check that no test leaves child processes or shared-memory files behind.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,12 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A test run started in the background by a script (`bash .ci/run &`, nohup) has SIGINT ignored, and every process
+# a test starts would inherit that: a Ctrl-C a test sends before the run's driver catches it would be lost. Tests
+# start their processes as a terminal would.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _shm_entries() -> set[str]:
