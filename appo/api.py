@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,28 +80,13 @@ def flags_to_argv(flags: dict[str, Any]) -> list[str]:
 def run_command_line(argv: list[str] | None) -> tuple[Any, int]:
     """train_appo.py: parse, check and run; (cfg, exit status). SystemExit(2) with `error: ...` on bad input."""
     from appo.config.cfg import parse_cfg
+    from appo.protocol.processes import stop_signals_unblocked
 
     with stop_signals_unblocked():
         cfg = parse_cfg(argv)
         from appo.driver.runner import run  # after parsing: --help stays fast
 
         return cfg, run(cfg)
-
-
-@contextlib.contextmanager
-def stop_signals_unblocked() -> Any:
-    """SIGINT and SIGTERM unblocked and not ignored while a run lasts: a process started by a Ray worker (a sweep's
-    run on Ray) inherits SIGINT blocked (Ray's workers block it), one started in the background by a script
-    (`cmd &`, nohup) inherits it ignored, and the run would miss a Ctrl-C (until its driver catches the signals)."""
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    before = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class _Tee(io.TextIOBase):
@@ -129,6 +113,7 @@ def train(env: str | None = None, experiment: str | None = None, **flags: Any) -
     with _errors_as_exception(errors), contextlib.redirect_stderr(errors):  # argparse's usage text: not for Python
         cfg = parse_cfg(argv)
     from appo.driver.runner import run
+    from appo.protocol.processes import stop_signals_unblocked
 
     tee = _Tee(sys.stderr, errors)
     try:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -104,10 +105,16 @@ def _kill_group(pgid: int) -> list[str]:
     return names
 
 
-def spawn(argv: list[str]) -> subprocess.Popen:
+def spawn(argv: list[str], preexec_fn: Any = None) -> subprocess.Popen:
     """A command in the project's root, in its own session (killable as a group), stdout and stderr as one text pipe."""
     return subprocess.Popen(
-        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=preexec_fn,
     )
 
 

@@ -6,6 +6,7 @@ acting in numpy never import torch (appo/protocol/shared_views.py), so nothing h
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -19,6 +20,23 @@ from appo.config.cfg import Cfg, experiment_dir
 from appo.protocol.messages import ErrorReport
 from utils.logging import init_logging, log
 from utils.paths import log_path
+
+
+@contextlib.contextmanager
+def stop_signals_unblocked() -> Any:
+    """SIGINT and SIGTERM unblocked and not ignored while a run or a sweep lasts: a process started by a Ray worker
+    (a sweep's run on Ray) inherits SIGINT blocked (Ray's workers block it), one started in the background by a
+    script (`cmd &`, nohup) inherits it ignored, and so would every process it starts (a sweep's Ray workers,
+    which ray.cancel interrupts through SIGINT): a Ctrl-C would be missed until a driver catches the signals."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    before = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def spawn_context() -> Any:

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from appo.protocol.processes import stop_signals_unblocked
 from appo.tools.sweep_runs import TAG, LocalRuns, final_return
 from utils.paths import write_text_atomic
 
@@ -230,6 +231,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, list[Any]], li
 
 def main(argv: list[str] | None = None) -> int:
     args, grid, train_flags = parse(sys.argv[1:] if argv is None else argv)
+    with stop_signals_unblocked():  # before Ray starts: its workers inherit the dispositions
+        return _sweep(args, grid, train_flags)
+
+
+def _sweep(args: argparse.Namespace, grid: dict[str, list[Any]], train_flags: list[str]) -> int:
     if args.backend == "ray":
         from appo.tools.sweep_ray import RayRuns
 

@@ -112,11 +112,15 @@ def runs_of(experiments: list[str]) -> list[psutil.Process]:
 @needs_ray
 @pytest.mark.timeout(150)
 def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(train_dir):
+    # Started as `nohup python -m appo.sweep ... &` would be, with SIGINT ignored: before the sweep took SIGINT back
+    # ahead of Ray, its Ray workers inherited it ignored, ray.cancel could not interrupt a run's task and both runs
+    # trained on after the sweep had stopped (CI, session 24).
     before = ray_processes()
     grid = {"seed": [0, 1]}
     flags = [*RUN_FLAGS[1:], "--train_for_env_steps=100000000", "--save_every_sec=1000"]
     args = ["--grid", json.dumps(grid), "--max_parallel=2", "--name=s", f"--train_dir={train_dir}", "--backend=ray"]
-    proc = spawn([sys.executable, "-m", "appo.sweep", *args, "--", "--env=CartPole-v1", *flags])
+    ignore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    proc = spawn([sys.executable, "-m", "appo.sweep", *args, "--", "--env=CartPole-v1", *flags], ignore_sigint)
     try:
         names = [f"seed={seed}" for seed in grid["seed"]]
         logs = [train_dir / "s" / name / "log.txt" for name in names]

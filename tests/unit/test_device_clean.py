@@ -50,7 +50,7 @@ def test_every_algorithm_runs_with_its_models_on_a_device(
         flags |= {"udrl_warmup_episodes": 4, "udrl_episodes_per_iteration": 4, "udrl_eval_every": 1}
         flags |= {"udrl_updates_per_iteration": 2, "rcp_updates_per_iteration": 2, "udrl_eval_episodes": 1}
     if algo == "sac":
-        flags |= {"learning_starts": 500}
+        flags |= {"learning_starts": 500, "updates_per_env_step": 0.1}  # each update on the stand-in device costs 0.1 s
     cfg = merge_cfg(flags, None)
     monkeypatch.setattr(runner, "resolve_device", lambda cfg: "meta")
     with stand_in_gpu():
