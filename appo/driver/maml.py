@@ -260,9 +260,11 @@ def env_error(cfg: Cfg) -> str | None:
     try:
         if not is_task_env(env):
             return f"--env={cfg.env}: --algo=maml_trpo needs a task family ({', '.join(sorted(PROJECT_ENVS))})"
-        for name, space in (("observation", env.observation_space), ("action", env.action_space)):
-            if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-                return f"--env={cfg.env}: --algo=maml_trpo needs flat Box {name}s, the env has {space}"
+        obs, act = env.observation_space, env.action_space
+        if not isinstance(obs, gym.spaces.Box) or len(obs.shape) != 1:
+            return f"--env={cfg.env}: --algo=maml_trpo needs flat Box observations, the env has {obs}"
+        if not isinstance(act, gym.spaces.Discrete) and (not isinstance(act, gym.spaces.Box) or len(act.shape) != 1):
+            return f"--env={cfg.env}: --algo=maml_trpo needs flat Box or Discrete actions, the env has {act}"
         episode_horizon(env)
     except ValueError as exc:
         return str(exc)

@@ -1,8 +1,9 @@
 """MAML's adaptation step in numpy (appo/algorithms/maml/algorithm.py `MamlTrpo.adapted`, first order): from the
 meta-parameters, `num_inner_steps` steps of gradient descent with step `fast_lr` on the vanilla policy-gradient
 loss -mean_t[log pi(a_t|s_t) A_t] over one task's episodes, A the normalised GAE with rllab's linear feature
-baseline fitted on those episodes. The gradient of the Gaussian MLP is written out by hand (backpropagation
-through tanh or relu layers, and the log-std), in float64; `Policy.adapt` (appo/inference/policy.py) calls it.
+baseline fitted on those episodes. The gradient of the Gaussian or categorical MLP is written out by hand
+(backpropagation through tanh or relu layers, and a Gaussian's log-std), in float64; `Policy.adapt`
+(appo/inference/policy.py) calls it.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def inner_gradients(
     adv: np.ndarray,
     mask: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    """d/d(state) of -sum_t mask_t log pi(a_t|s_t) adv_t / sum_t mask_t for the Gaussian MLP `state`."""
+    """d/d(state) of -sum_t mask_t log pi(a_t|s_t) adv_t / sum_t mask_t for the Gaussian or categorical MLP
+    `state` (MAML's policies: a state with `log_std` is Gaussian)."""
     layers = _layers(state)
     x = obs.reshape(-1, obs.shape[-1])
     inputs, outputs = [], []
@@ -92,12 +94,18 @@ def inner_gradients(
             z = np.tanh(z) if activation == "tanh" else np.maximum(z, 0.0)
         outputs.append(z)
         x = z
-    mean, log_std = x, state["log_std"].astype(np.float64)
-    a = actions.reshape(mean.shape)
     weight = (mask * adv).reshape(-1, 1) / max(mask.sum(), 1.0)
-    scaled = (a - mean) / np.exp(2.0 * log_std)
-    grads = {"log_std": -(weight * ((a - mean) * scaled - 1.0)).sum(0)}
-    g = -weight * scaled  # dL/dmean
+    if "log_std" in state:  # Gaussian: x is the mean
+        mean, log_std = x, state["log_std"].astype(np.float64)
+        a = actions.reshape(mean.shape)
+        scaled = (a - mean) / np.exp(2.0 * log_std)
+        grads = {"log_std": -(weight * ((a - mean) * scaled - 1.0)).sum(0)}
+        g = -weight * scaled  # dL/dmean
+    else:  # categorical: x is the logits, d log pi(a) / d logits = onehot(a) - softmax(logits)
+        p = np.exp(x - x.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        onehot = np.eye(x.shape[-1])[actions.reshape(-1).astype(np.int64)]
+        grads, g = {}, -weight * (onehot - p)
     for k in range(len(layers) - 1, -1, -1):
         name = layers[k]
         grads[f"{name}.weight"] = g.T @ inputs[k]

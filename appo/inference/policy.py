@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from appo.inference.actor_critic import ActorCriticPass
+from appo.inference.categorical_mlp import CategoricalMlpPass
 from appo.inference.command_policy import CommandPolicyPass
 from appo.inference.gaussian_mlp import GaussianMlpPass
 from appo.inference.ops import NumpyPass
@@ -28,7 +29,8 @@ from appo.inference.squashed_gaussian import SquashedGaussianPass
 
 # Every numpy pass by the model kind it computes (appo/models/registry.py's names).
 PASSES: dict[str, type[NumpyPass]] = {
-    cls.kind: cls for cls in (ActorCriticPass, SquashedGaussianPass, GaussianMlpPass, CommandPolicyPass)
+    cls.kind: cls
+    for cls in (ActorCriticPass, SquashedGaussianPass, GaussianMlpPass, CategoricalMlpPass, CommandPolicyPass)
 }
 
 
@@ -186,7 +188,7 @@ class Policy:
     def adapt(self, episodes: list[dict[str, np.ndarray]], steps: int | None = None, lr: float | None = None) -> Policy:
         """MAML-TRPO's policy after its adaptation step on one task's `episodes` (`collect`): a new Policy.
         `steps` and `lr` default to the run's --num_inner_steps and --fast_lr (appo/inference/maml_adapt.py)."""
-        if self.kind != GaussianMlpPass.kind:
+        if self.kind not in (GaussianMlpPass.kind, CategoricalMlpPass.kind):
             raise ValueError(f"adapt: a {self.kind} policy has no adaptation step (MAML-TRPO's policies do)")
         from appo.inference.maml_adapt import adapt
 

@@ -98,8 +98,10 @@ def actor_fields(
     }
     if obs_space is not None:
         fields["final_obs"] = TensorSpec((T, *obs_space.shape), torch.float32)
-    if isinstance(action_space, gym.spaces.Box):
+    if isinstance(action_space, gym.spaces.Box):  # standard-normal draws: a = mean + std * noise
         fields["action_noise"] = TensorSpec((T, int(np.prod(action_space.shape))), torch.float32)
+    elif isinstance(action_space, gym.spaces.Discrete):  # standard-exponential draws: Gumbel-max, -log(noise)
+        fields["action_noise"] = TensorSpec((T, int(action_space.n)), torch.float32)
     return fields
 
 

@@ -201,7 +201,8 @@ class EnvRunner(SplitEnvs):
             self.next_obs[i] = self._reset_env(i, seed=None if env_seed == FREE else env_seed)
             if self.noise is not None:
                 rng = self.rng if noise_seed == FREE else np.random.default_rng(noise_seed)
-                self.noise[self.first + i] = rng.standard_normal(self.noise.shape[1:], dtype=np.float32)
+                draw = rng.standard_normal if self.is_box else rng.standard_exponential  # Gumbel-max's, discrete
+                self.noise[self.first + i] = draw(self.noise.shape[1:], dtype=np.float32)
         self.next_policy, self.next_weights = self.env_policy.copy(), self.env_weights.copy()
         self.next_rnn[:] = 0.0
         self.alive[:] = True

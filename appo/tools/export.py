@@ -123,8 +123,8 @@ def deterministic_graph(model: Any) -> Any:
             self.model = model
 
         def forward(self, obs: torch.Tensor, rnn_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            if not hasattr(self.model, "act"):  # MAML's policy: forward gives (mean, log_std)
-                return self.model(obs)[0], rnn_state
+            if not hasattr(self.model, "act"):  # MAML's policies: the mean, or the most likely action
+                return self.model.mode(obs), rnn_state
             out = self.model.act(obs, rnn_state, deterministic=True)
             return out.actions, out.rnn_states
 

@@ -16,7 +16,7 @@ from appo.algorithms.maml.algorithm import MamlTrpo, flatten, make_policy, param
 from appo.algorithms.maml.hvp import allocate_buffers, episode_horizon
 from appo.backends.maml_actors import ActorPool
 from appo.driver.maml import META_TEST_STREAM, episode_returns
-from appo.models.gaussian_mlp import NumpyGaussianMlp
+from appo.models.numpy_ops import make_numpy_policy
 from appo.sampling.evaluator import run_episode
 from envs import env_kwargs, make_env
 from envs.tasks import Task, task_family, task_split
@@ -30,8 +30,8 @@ def choose_task(cfg: Any, tasks: list[Task]) -> int:
     return int(cfg.task)
 
 
-def show(cfg: Any, env: Any, task: Task, policy: NumpyGaussianMlp, on_frame: Callable[[], None] | None) -> list[float]:
-    """--max_num_episodes episodes on the display env (mean actions unless --stochastic); their returns."""
+def show(cfg: Any, env: Any, task: Task, policy: Any, on_frame: Callable[[], None] | None) -> list[float]:
+    """--max_num_episodes episodes on the display env (the mode's actions unless --stochastic); their returns."""
     returns = []
     for i in range(cfg.max_num_episodes):
         task_family(env).set_task(task)
@@ -49,7 +49,7 @@ def enjoy_maml(cfg: Any, state: dict[str, Any], render_mode: str | None, video: 
     model.load_state_dict(state["model"])
     learner = MamlTrpo(cfg, model)
     spaces, horizon = (env.observation_space, env.action_space), episode_horizon(env)
-    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    obs_dim, act_dim = int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
     num_params = flatten(params_of(model)).numel()
     buffers = allocate_buffers(1, cfg.fast_batch_size, horizon, obs_dim, act_dim, num_params)
     one = dataclasses.replace(cfg, serial_mode=True, num_workers=1, worker_num_splits=1)
@@ -64,7 +64,7 @@ def enjoy_maml(cfg: Any, state: dict[str, Any], render_mode: str | None, video: 
             pool.sample(0, META_TEST_STREAM + step, 0, [len(train_tasks) + k], [0])
             episodes = buffers.episodes(0, 1)
             sampled = float(episode_returns(episodes).mean())
-            shown = show(cfg, env, test_tasks[k], NumpyGaussianMlp(pool.scratch, cfg.seed), on_frame)
+            shown = show(cfg, env, test_tasks[k], make_numpy_policy(pool.scratch, "cpu", cfg.seed), on_frame)
             print(
                 f"{phase}: mean return {sampled:.1f} over {cfg.fast_batch_size} sampled episodes; shown: "
                 + ", ".join(f"{r:.1f}" for r in shown),

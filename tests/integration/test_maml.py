@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import torch
 
+import appo
 from appo.learning.checkpoint import load_latest
 from appo.tools.plot import load_events
 from tests.conftest import run_script
+from tests.integration.test_export import run_python
 
 TINY = [
     "--algo=maml_trpo",
@@ -113,6 +115,38 @@ def test_two_inner_steps_take_the_learners_own_kl_product(train_dir: Path) -> No
     assert all(torch.equal(wa["model"][k], wb["model"][k]) for k in wa["model"])
     npz_a, npz_b = np.load(procs / "meta_test" / "iter_2.npz"), np.load(serial / "meta_test" / "iter_2.npz")
     np.testing.assert_array_equal(npz_a["returns"], npz_b["returns"])
+
+
+@pytest.mark.parametrize(("env", "flag"), [("bandit", "--num_arms=5"), ("tabular_mdp", "--mdp_states=6")])
+def test_discrete_families_run_alike_on_one_and_two_workers_and_export(train_dir: Path, env: str, flag: str) -> None:
+    """The bandits and tabular MDPs (Discrete actions): a categorical policy whose draws come from each episode's
+    seed (Gumbel-max), so one and two actor workers give the same iterations; enjoy.py adapts it; its ONNX export
+    and its numpy policy act alike."""
+    runs = {}
+    for workers in (1, 2):
+        args = (f"--num_workers={workers}", "--train_for_iterations=2", "--meta_test_interval=1", flag)
+        runs[workers] = train(train_dir, f"{env}{workers}", *args, env=env)
+    a, b = scalars(runs[1]), scalars(runs[2])
+    for tag in ("maml/return_pre", "maml/return_post", "maml/kl", "maml/surrogate_after", "meta_test/return_step1"):
+        assert len(a[tag]) == 2 and a[tag] == b[tag], (tag, a[tag], b[tag])
+    (wa, _), (wb, _) = load_latest(runs[1] / "checkpoint_p0"), load_latest(runs[2] / "checkpoint_p0")
+    assert all(torch.equal(wa["model"][k], wb["model"][k]) for k in wa["model"])
+    returns = np.load(runs[1] / "meta_test" / "iter_2.npz")["returns"]
+    assert returns.shape == (3, 2, 3) and np.isfinite(returns).all()
+    if env == "bandit":  # one pull an episode, paying 0 or 1
+        assert set(np.unique(returns)) <= {0.0, 1.0}
+    result = run_script("enjoy.py", [f"--train_dir={train_dir}", f"--experiment={env}2", "--no_render", "--task=0"])
+    lines = [line.split(":")[0] for line in result.stdout.splitlines() if "adaptation:" in line]
+    assert result.returncode == 0 and lines == ["before adaptation", "after adaptation"], result.stdout[-2000:]
+    ort = pytest.importorskip("onnxruntime")
+    out = train_dir / f"{env}.onnx"
+    export = ["-m", "appo.export", f"--train_dir={train_dir}", f"--experiment={env}2", "--format=onnx", f"--out={out}"]
+    assert f"wrote {out}" in run_python(export)
+    policy = appo.load_policy(runs[2])
+    obs = np.random.default_rng(0).random((16, *policy.meta["observation_shape"]), dtype=np.float32)
+    session = ort.InferenceSession(str(out))
+    onnx_actions, _ = session.run(None, {"obs": obs, "rnn_state": np.zeros((16, 1), np.float32)})
+    np.testing.assert_array_equal(onnx_actions[:, 0], policy.act(obs)[0])
 
 
 def test_bad_env_is_one_line_naming_the_flag(train_dir: Path) -> None:

@@ -25,6 +25,7 @@ from appo.protocol.buffers import rnn_state_size
 ROOT = Path(__file__).resolve().parents[2]
 OBS = gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+DISCRETE = gym.spaces.Discrete(4)
 
 CASES = {
     "mlp_box": (Cfg(), BOX),
@@ -34,6 +35,7 @@ CASES = {
     "value_trunk": (Cfg(separate_value_trunk=True), BOX),
     "sac": (Cfg(algo="sac", actor_mlp_layers=[32, 32]), gym.spaces.Box(-2.0, 2.0, (3,), np.float32)),
     "maml": (Cfg(algo="maml_trpo", maml_mlp_layers=[32, 32]), BOX),
+    "maml_discrete": (Cfg(algo="maml_trpo", maml_mlp_layers=[32, 32]), gym.spaces.Discrete(4)),
     "command_box": (Cfg(algo="udrl", command_mlp_layers=[32, 32]), BOX),
     "command_discrete": (Cfg(algo="rcp_r", command_mlp_layers=[32, 32]), gym.spaces.Discrete(4)),
 }
@@ -75,9 +77,9 @@ def as_policy(model: torch.nn.Module, cfg: Cfg, action_space: gym.Space, obs_dim
 
 
 def torch_step(model, cfg, obs: np.ndarray, rnn: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
-    if not hasattr(model, "act"):  # MAML's policy: its forward gives (mean, log_std)
+    if not hasattr(model, "act"):  # MAML's policies: the mean, or the most likely action
         with torch.no_grad():
-            return model(torch.from_numpy(obs))[0].numpy(), rnn
+            return model.mode(torch.from_numpy(obs)).numpy(), rnn
     out = model.act(torch.from_numpy(obs), rnn, deterministic=True)
     return out.actions.numpy(), out.rnn_states
 
@@ -181,21 +183,28 @@ def test_bad_policy_files_are_one_line_errors(tmp_path: Path):
         appo.load_policy(tmp_path)
 
 
-@pytest.mark.parametrize("activation, steps", [("tanh", 1), ("relu", 2)])
-def test_maml_adapt_in_numpy_is_the_meta_learners(activation: str, steps: int):
-    """Policy.adapt (numpy, hand-written gradients) against MamlTrpo.adapted (torch autograd) on ragged episodes."""
+@pytest.mark.parametrize("activation, steps, space", [("tanh", 1, BOX), ("relu", 2, BOX), ("tanh", 2, DISCRETE)])
+def test_maml_adapt_in_numpy_is_the_meta_learners(activation: str, steps: int, space: gym.Space):
+    """Policy.adapt (numpy, hand-written gradients) against MamlTrpo.adapted (torch autograd) on ragged episodes,
+    Gaussian and categorical."""
     from appo.algorithms.maml.algorithm import Episodes, MamlTrpo
 
     cfg = Cfg(algo="maml_trpo", maml_mlp_layers=[16, 16], maml_nonlinearity=activation, num_inner_steps=steps)
-    model = trained_like(cfg, BOX)
-    policy = as_policy(model, cfg, BOX, 6)
+    model = trained_like(cfg, space)
+    policy = as_policy(model, cfg, space, 6)
     policy.meta["cfg"].update(num_inner_steps=steps, fast_lr=cfg.fast_lr, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda)
     rng = np.random.default_rng(3)
+
+    def actions(n: int) -> np.ndarray:
+        if isinstance(space, gym.spaces.Discrete):  # as Policy.collect records them: indices [n, 1]
+            return rng.integers(0, space.n, (n, 1)).astype(np.int64)
+        return rng.standard_normal((n, 3)).astype(np.float32)
+
     episodes = [
         {
             "obs": rng.standard_normal((n, 6)).astype(np.float32),
-            "actions": rng.standard_normal((n, 3)).astype(np.float32),
-            "rewards": rng.standard_normal(n).astype(np.float32),
+            "actions": actions(n),
+            "rewards": rng.standard_normal(n),
         }
         for n in (20, 13, 20, 7)
     ]

@@ -28,6 +28,7 @@ from appo.algorithms.maml.algorithm import (
     params_of,
     unflatten,
 )
+from appo.models.categorical_mlp import MamlCategoricalPolicy, NumpyCategoricalMlp
 from appo.models.gaussian_mlp import NumpyGaussianMlp
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -39,26 +40,36 @@ def make_cfg(**overrides: object) -> SimpleNamespace:
     return SimpleNamespace(**(cfg | overrides))
 
 
-def random_episodes(K: int, E: int, T: int, obs_dim: int, act_dim: int, seed: int, dtype=torch.float64) -> Episodes:
+NUM_ACTIONS = 4  # the categorical learner's
+
+
+def random_episodes(
+    K: int, E: int, T: int, obs_dim: int, act_dim: int, seed: int, dtype=torch.float64, discrete: bool = False
+) -> Episodes:
+    """Random episodes; `discrete`: action indices 0..NUM_ACTIONS-1 (as floats [..., 1], as the buffers hold them)."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(T // 2, T + 1, (K, E), generator=g)
     mask = (torch.arange(T) < lengths.unsqueeze(-1)).to(dtype)
     obs = torch.randn(K, E, T, obs_dim, generator=g, dtype=dtype) * mask.unsqueeze(-1)
-    actions = torch.randn(K, E, T, act_dim, generator=g, dtype=dtype) * mask.unsqueeze(-1)
+    if discrete:
+        actions = torch.randint(0, NUM_ACTIONS, (K, E, T, 1), generator=g).to(dtype) * mask.unsqueeze(-1)
+    else:
+        actions = torch.randn(K, E, T, act_dim, generator=g, dtype=dtype) * mask.unsqueeze(-1)
     rewards = torch.randn(K, E, T, generator=g, dtype=dtype) * mask
     return Episodes(obs, actions, rewards, mask)
 
 
-def tiny_learner(seed: int = 0, **cfg: object) -> MamlTrpo:
+def tiny_learner(seed: int = 0, discrete: bool = False, **cfg: object) -> MamlTrpo:
     torch.manual_seed(seed)
-    model = MamlPolicy(3, 2, [5], "tanh", -0.3).double()
-    return MamlTrpo(make_cfg(**cfg), model)
+    model = MamlCategoricalPolicy(3, NUM_ACTIONS, [5], "tanh") if discrete else MamlPolicy(3, 2, [5], "tanh", -0.3)
+    return MamlTrpo(make_cfg(**cfg), model.double())
 
 
-@pytest.mark.parametrize("num_inner_steps", [1, 2])
-def test_second_order_meta_gradient_equals_finite_differences(num_inner_steps: int) -> None:
-    learner = tiny_learner(num_inner_steps=num_inner_steps, fast_lr=0.1)
-    batches = learner.task_batches(random_episodes(2, 3, 6, 3, 2, 1), random_episodes(2, 3, 6, 3, 2, 2))
+@pytest.mark.parametrize(("num_inner_steps", "discrete"), [(1, False), (2, False), (1, True)])
+def test_second_order_meta_gradient_equals_finite_differences(num_inner_steps: int, discrete: bool) -> None:
+    learner = tiny_learner(discrete=discrete, num_inner_steps=num_inner_steps, fast_lr=0.1)
+    train, valid = (random_episodes(2, 3, 6, 3, 2, seed, discrete=discrete) for seed in (1, 2))
+    batches = learner.task_batches(train, valid)
     like = params_of(learner.model)
     theta = flatten(like).detach().clone().requires_grad_()
 
@@ -74,22 +85,29 @@ def test_second_order_meta_gradient_equals_finite_differences(num_inner_steps: i
     assert (first - expected).abs().max() > 1e-4 * expected.abs().max()
 
 
-@pytest.mark.parametrize(("first_order", "num_inner_steps"), [(False, 1), (True, 1), (False, 2)])
-def test_kl_hessian_vector_product_equals_the_direct_one(first_order: bool, num_inner_steps: int) -> None:
+@pytest.mark.parametrize(
+    ("first_order", "num_inner_steps", "discrete"),
+    [(False, 1, False), (True, 1, False), (False, 2, False), (False, 1, True)],
+)
+def test_kl_hessian_vector_product_equals_the_direct_one(
+    first_order: bool, num_inner_steps: int, discrete: bool
+) -> None:
     """The KL Hessian-vector product the TRPO step uses equals plain autograd's (at two inner steps the learner's
-    own product is used: the helpers' assumes one step, issue 34 bug 2)."""
-    learner = tiny_learner(first_order=first_order, num_inner_steps=num_inner_steps, fast_lr=0.1)
+    own product is used: the helpers' assumes one step, issue 34 bug 2); Gaussian and categorical policies."""
+    learner = tiny_learner(discrete=discrete, first_order=first_order, num_inner_steps=num_inner_steps, fast_lr=0.1)
     # Move the parameters away from those the old policy was computed with? No: TRPO's product is taken at them.
-    batches = learner.task_batches(random_episodes(3, 4, 7, 3, 2, 3), random_episodes(3, 4, 7, 3, 2, 4))
+    train, valid = (random_episodes(3, 4, 7, 3, 2, seed, discrete=discrete) for seed in (3, 4))
+    batches = learner.task_batches(train, valid)
     v = torch.randn(flatten(params_of(learner.model)).numel(), generator=torch.Generator().manual_seed(5)).double()
     fast, direct = learner.kl_hvp(batches)(v), learner.kl_hvp_autograd(batches)(v)
     assert torch.allclose(fast, direct, rtol=1e-9, atol=1e-12)
     assert float(torch.dot(v, fast)) > 0  # the KL's Hessian at its minimum is positive semi-definite
 
 
-def test_trpo_step_accepted_improves_within_the_bound() -> None:
-    learner = tiny_learner()
-    train, valid = random_episodes(2, 4, 8, 3, 2, 6), random_episodes(2, 4, 8, 3, 2, 7)
+@pytest.mark.parametrize("discrete", [False, True])
+def test_trpo_step_accepted_improves_within_the_bound(discrete: bool) -> None:
+    learner = tiny_learner(discrete=discrete)
+    train, valid = (random_episodes(2, 4, 8, 3, 2, seed, discrete=discrete) for seed in (6, 7))
     batches = learner.task_batches(train, valid)  # pi_old: the adapted policies of the parameters before the step
     before = flatten(params_of(learner.model)).detach().clone()
     stats = learner.step(train, valid)
@@ -183,7 +201,7 @@ def test_adaptation_is_one_policy_gradient_step() -> None:
     adv = advantages(ep, 0.99, 1.0)
     params = {k: v.detach().requires_grad_() for k, v in params_of(learner.model).items()}
     adapted = adapt(learner.model, params, ep, adv, 0.5, 1)
-    mean, log_std = torch.func.functional_call(learner.model, params, (ep.obs,))
+    mean, log_std = torch.func.functional_call(learner.model, params, (ep.obs,)).chunk(2, dim=-1)
     loss = -(torch.distributions.Normal(mean, log_std.exp()).log_prob(ep.actions).sum(-1) * adv * ep.mask).sum()
     grads = torch.autograd.grad(loss / ep.mask.sum(), list(params.values()))
     for (name, p), g in zip(params.items(), grads, strict=True):
@@ -197,9 +215,9 @@ def test_numpy_policy_equals_the_torch_policy() -> None:
         policy = NumpyGaussianMlp(model, seed=0)
         obs = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
         noise = np.random.default_rng(1).standard_normal((6, 3)).astype(np.float32)
-        mean, log_std = model(torch.from_numpy(obs))
+        mean, log_std = model(torch.from_numpy(obs)).chunk(2, dim=-1)
         np.testing.assert_allclose(policy.mean(obs), mean.detach().numpy(), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(policy.std, log_std.exp().detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(policy.std, log_std[0].exp().detach().numpy(), rtol=1e-6)
         actions, log_probs, _, _ = policy.act(obs, noise=noise)
         expected = mean + log_std.exp() * torch.from_numpy(noise)
         np.testing.assert_allclose(actions, expected.detach().numpy(), rtol=1e-5, atol=1e-6)
@@ -211,6 +229,30 @@ def test_numpy_policy_equals_the_torch_policy() -> None:
         others = obs.copy()
         others[1:] = np.random.default_rng(2).standard_normal((5, 4)).astype(np.float32)
         np.testing.assert_array_equal(policy.act(others, noise=noise)[0][0], actions[0])
+
+
+def test_numpy_categorical_policy_equals_the_torch_policy() -> None:
+    """The actors' categorical twin: its log-probs are the torch policy's, a given exponential noise gives
+    Gumbel-max's action (the same episodes wherever they run), and its draws follow the policy's probabilities."""
+    torch.manual_seed(0)
+    model = MamlCategoricalPolicy(4, 5, [7, 5], "relu")
+    policy = NumpyCategoricalMlp(model, seed=0)
+    obs = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    noise = np.random.default_rng(1).standard_exponential((6, 5)).astype(np.float32)
+    logits = model(torch.from_numpy(obs)).detach()
+    actions, log_probs, _, _ = policy.act(obs, noise=noise)
+    expected = (torch.log_softmax(logits, -1) - torch.from_numpy(noise).log()).argmax(-1)
+    np.testing.assert_array_equal(actions[:, 0], expected.numpy())
+    reference = MamlCategoricalPolicy.log_prob(logits, torch.from_numpy(actions).double()).numpy()
+    np.testing.assert_allclose(log_probs, reference, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(policy.act(obs, deterministic=True)[0][:, 0], logits.argmax(-1).numpy())
+    one = np.repeat(obs[:1], 20000, axis=0)
+    counts = np.bincount(policy.act(one)[0][:, 0], minlength=5) / len(one)
+    np.testing.assert_allclose(counts, torch.softmax(logits[0], -1).numpy(), atol=0.015)
+    reference_kl = torch.distributions.kl_divergence(
+        torch.distributions.Categorical(logits=logits[:3]), torch.distributions.Categorical(logits=logits[3:])
+    )
+    assert torch.allclose(MamlCategoricalPolicy.kl(logits[:3], logits[3:]), reference_kl, atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from torch.func import functional_call
 from appo.algorithms.base import Algorithm
 from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.common.trpo import line_search, step_direction
-from appo.models.distributions import gaussian_log_prob
+from appo.models.categorical_mlp import MamlCategoricalPolicy
 from appo.models.gaussian_mlp import MamlPolicy, make_policy  # noqa: F401 - the algorithm's model
 from utils.logging import log
 
@@ -69,21 +69,10 @@ class Episodes(NamedTuple):
         return Episodes(*(x.to(dtype) for x in self))
 
 
-# --- the policy as a function of its parameters -------------------------------------------------------------
-def distribution(model: nn.Module, params: Params, obs: Tensor) -> tuple[Tensor, Tensor]:
-    """(mean, log_std) of pi_params(.|obs)."""
+# --- the policy as a function of its parameters (Gaussian or categorical: the model reads its own output) ----
+def distribution(model: nn.Module, params: Params, obs: Tensor) -> Tensor:
+    """The parameters of pi_params(.|obs) [..., D] (a Gaussian's means and log-stds, a categorical's logits)."""
     return functional_call(model, params, (obs,))
-
-
-def log_prob(mean: Tensor, log_std: Tensor, actions: Tensor) -> Tensor:
-    """log N(actions; mean, exp(log_std)^2), summed over action dims: [...]."""
-    return gaussian_log_prob(actions, mean, log_std)
-
-
-def kl_divergence(mean0: Tensor, log_std0: Tensor, mean1: Tensor, log_std1: Tensor) -> Tensor:
-    """KL(N0 || N1) of diagonal Gaussians, summed over action dims: [...]."""
-    var0, var1 = torch.exp(2 * log_std0), torch.exp(2 * log_std1)
-    return (log_std1 - log_std0 + (var0 + (mean0 - mean1).pow(2)) / (2 * var1) - 0.5).sum(-1)
 
 
 def mean_in_order(vectors: list[Tensor] | Tensor) -> Tensor:
@@ -164,8 +153,8 @@ def advantages(episodes: Episodes, gamma: float, lam: float) -> Tensor:
 # --- the inner step and the outer objective ----------------------------------------------------------------
 def inner_loss(model: nn.Module, params: Params, episodes: Episodes, adv: Tensor) -> Tensor:
     """Vanilla policy gradient loss -mean_t[log pi(a|s) A] over the steps taken."""
-    mean, log_std = distribution(model, params, episodes.obs)
-    return -masked_mean(log_prob(mean, log_std, episodes.actions) * adv, episodes.mask)
+    dist = distribution(model, params, episodes.obs)
+    return -masked_mean(model.log_prob(dist, episodes.actions) * adv, episodes.mask)
 
 
 def adapt(
@@ -194,8 +183,7 @@ class TaskBatch(NamedTuple):
     train_adv: Tensor
     valid: Episodes
     valid_adv: Tensor
-    old_mean: Tensor  # the acting (adapted) policy's means on the validation observations
-    old_log_std: Tensor
+    old_dist: Tensor  # the acting (adapted) policy's distribution on the validation observations
     old_log_probs: Tensor  # its log-probs of the validation actions
 
 
@@ -213,7 +201,7 @@ class MamlTrpo(Algorithm):
     """The meta-learner: adapted parameters for the samplers, and the TRPO meta-step. Its data arrives as whole
     meta-batches from the MAML driver (appo/driver/maml.py), not through the engine's batcher."""
 
-    def __init__(self, cfg: Any, model: MamlPolicy) -> None:
+    def __init__(self, cfg: Any, model: MamlPolicy | MamlCategoricalPolicy) -> None:
         self.cfg, self.model = cfg, model
 
     # --- the samplers' weights ---------------------------------------------------------------------------
@@ -238,22 +226,22 @@ class MamlTrpo(Algorithm):
             tr_adv = advantages(tr, cfg.gamma, cfg.gae_lambda)
             acting = self.adapted(tr, adv=tr_adv)
             with torch.no_grad():
-                mean, log_std = distribution(self.model, acting, va.obs)
-                old_lp = log_prob(mean, log_std, va.actions)
+                dist = distribution(self.model, acting, va.obs)
+                old_lp = self.model.log_prob(dist, va.actions)
             va_adv = advantages(va, cfg.gamma, cfg.gae_lambda)
-            out.append(TaskBatch(tr, tr_adv, va, va_adv, mean, log_std.expand_as(mean), old_lp))
+            out.append(TaskBatch(tr, tr_adv, va, va_adv, dist, old_lp))
         return out
 
     def outer_loss(self, params: Params, batches: list[TaskBatch], first_order: bool) -> tuple[Tensor, Tensor]:
         """(surrogate, KL) averaged over the tasks, as functions of the meta-parameters `params`."""
-        cfg = self.cfg
+        cfg, model = self.cfg, self.model
         losses, kls = [], []
         for b in batches:
-            theta = adapt(self.model, params, b.train, b.train_adv, cfg.fast_lr, cfg.num_inner_steps, first_order)
-            mean, log_std = distribution(self.model, theta, b.valid.obs)
-            ratio = torch.exp(log_prob(mean, log_std, b.valid.actions) - b.old_log_probs)
+            theta = adapt(model, params, b.train, b.train_adv, cfg.fast_lr, cfg.num_inner_steps, first_order)
+            dist = distribution(model, theta, b.valid.obs)
+            ratio = torch.exp(model.log_prob(dist, b.valid.actions) - b.old_log_probs)
             losses.append(-masked_mean(ratio * b.valid_adv, b.valid.mask))
-            kls.append(masked_mean(kl_divergence(b.old_mean, b.old_log_std, mean, log_std), b.valid.mask))
+            kls.append(masked_mean(model.kl(b.old_dist, dist), b.valid.mask))
         return torch.stack(losses).mean(), torch.stack(kls).mean()
 
     def batched_outer_loss(self, params: Params, stacked: TaskBatch, first_order: bool) -> tuple[Tensor, Tensor]:
@@ -262,7 +250,7 @@ class MamlTrpo(Algorithm):
         cfg, model = self.cfg, self.model
 
         def task(
-            tr: Episodes, tr_adv: Tensor, va: Episodes, va_adv: Tensor, old_mean: Tensor, old_ls: Tensor, old_lp: Tensor
+            tr: Episodes, tr_adv: Tensor, va: Episodes, va_adv: Tensor, old_dist: Tensor, old_lp: Tensor
         ) -> tuple[Tensor, Tensor]:
             theta = params
             for _ in range(cfg.num_inner_steps):
@@ -270,10 +258,10 @@ class MamlTrpo(Algorithm):
                 if first_order:
                     grads = {k: g.detach() for k, g in grads.items()}
                 theta = {k: theta[k] - cfg.fast_lr * grads[k] for k in theta}
-            mean, log_std = distribution(model, theta, va.obs)
-            ratio = torch.exp(log_prob(mean, log_std, va.actions) - old_lp)
+            dist = distribution(model, theta, va.obs)
+            ratio = torch.exp(model.log_prob(dist, va.actions) - old_lp)
             loss = -masked_mean(ratio * va_adv, va.mask)
-            return loss, masked_mean(kl_divergence(old_mean, old_ls, mean, log_std), va.mask)
+            return loss, masked_mean(model.kl(old_dist, dist), va.mask)
 
         losses, kls = torch.func.vmap(task)(*stacked)
         return losses.mean(), kls.mean()
@@ -331,8 +319,7 @@ class MamlTrpo(Algorithm):
                 k: (p - cfg.fast_lr * g).detach().requires_grad_()
                 for (k, p), g in zip(params.items(), g_inner, strict=True)
             }
-            mean, log_std = distribution(self.model, theta, b.valid.obs)
-            kl = masked_mean(kl_divergence(b.old_mean, b.old_log_std, mean, log_std), b.valid.mask)
+            kl = masked_mean(self.model.kl(b.old_dist, distribution(self.model, theta, b.valid.obs)), b.valid.mask)
             g_kl = torch.autograd.grad(kl, list(theta.values()), create_graph=True)
             g = None if cfg.first_order else flatten(dict(zip(names, g_inner, strict=True)))
             products.append(product(g, flatten(dict(zip(names, g_kl, strict=True))), list(theta.values())))
