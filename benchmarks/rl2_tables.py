@@ -16,7 +16,16 @@ a time, each for `--minutes` of wall time, with the family's preset (envs/preset
 
 and prints, per seed, the run's meta-test trial return with sampled actions (the paper's measure; the mean of its
 last 3 meta-tests) and deterministic, beside the baselines computed on the same run's test tasks and the paper's
-RL^2, with env steps and wall time; then the medians over seeds. MAML-TRPO on these rows is not wired here yet."""
+RL^2, with env steps and wall time; then the medians over seeds.
+
+With `--algo maml_trpo` it trains MAML-TRPO on the row instead (the bandit settings of pytorch-maml-rl and DH-MAML,
+MAML_FLAGS: a [32, 32] relu MLP, gamma 0.95, fast_lr 0.5, 20 tasks a meta-batch), adapting on one trial's worth of
+experience (`--fast_batch_size=N` episodes: N pulls, or N episodes of an MDP), and prints N times its mean episode
+return on the held-out tasks before and after the adaptation step (`meta_test/return_step0`, `..._step1`: sampled
+actions; the mean of its last 3 meta-tests): what a trial of N episodes would pay if every episode paid what one
+pays before, or after, adapting on N others. RL^2's trial return includes its own exploration; MAML's "after" figure
+has had a whole trial's experience first, so it flatters MAML, and its "before" figure is a policy that cannot
+adapt."""
 
 from __future__ import annotations
 
@@ -41,6 +50,7 @@ PAPER_BANDITS = {
     (100, 10): (49.9, 82.8, 76.7, 82.4, 83.5),
     (500, 5): (249.8, 405.8, 402.0, 405.8, 401.6),
 }
+TRIAL_TAGS = ("meta_test_sampled/trial_return", "meta_test/trial_return")  # RL^2's: the paper's measure, then greedy
 # n -> the paper's Random, PSRL, UCRL2, RL^2 (Table 2: 10 states, 5 actions, 10-step episodes).
 PAPER_MDPS = {10: (100.1, 138.1, 146.6, 156.2), 25: (250.2, 408.8, 424.1, 445.7), 50: (499.7, 904.4, 918.9, 936.1)}
 
@@ -89,6 +99,21 @@ def baselines(env: str, n: int, k: int, tasks_n: int, seed: int) -> dict[str, fl
     return {"random": mb.mdp_random(tasks, n, seed=seed), "psrl": mb.mdp_psrl(tasks, n, seed=seed)}
 
 
+# MAML-TRPO on the table rows (--algo maml_trpo): pytorch-maml-rl's and DH-MAML's bandit configuration.
+MAML_FLAGS = [
+    "--algo=maml_trpo",
+    "--maml_mlp_layers",
+    "32",
+    "32",
+    "--maml_nonlinearity=relu",
+    "--gamma=0.95",
+    "--fast_lr=0.5",
+    "--meta_batch_size=20",
+    "--meta_test_steps=1",
+    "--meta_test_interval=25",
+]
+
+
 def train_row(args: argparse.Namespace, extra: list[str]) -> int:
     import statistics
 
@@ -97,31 +122,36 @@ def train_row(args: argparse.Namespace, extra: list[str]) -> int:
     from appo.tools.plot import load_events, scalar_series
 
     env, n, k = parse_row(args.train)
-    flags = [f"--episodes_per_trial={n}", f"--num_test_tasks={args.tasks}", f"--train_for_seconds={args.minutes * 60}"]
+    maml = args.algo == "maml_trpo"
+    flags = [f"--num_test_tasks={args.tasks}", f"--train_for_seconds={args.minutes * 60}"]
+    flags += [*MAML_FLAGS, f"--fast_batch_size={n}"] if maml else [f"--episodes_per_trial={n}"]
     flags += [f"--num_arms={k}"] if env == "bandit" else []
-    runs = run_all([(env, s) for s in args.seeds], 10**12, args.out / "runs", flags + extra, args.parallel)
+    runs = run_all([(env, s) for s in args.seeds], 10**12, args.out / args.algo, flags + extra, args.parallel)
     paper = PAPER_BANDITS.get((n, k), (None,) * 5)[-1] if env == "bandit" else PAPER_MDPS.get(n, (None,) * 4)[-1]
-    print(
-        f"\nRL^2-APPO on {args.train} ({args.tasks} held-out tasks, {args.minutes:g} min per run); paper RL^2: {paper}"
-    )
+    name = "MAML-TRPO (N x episode return before / after adapting on N episodes)" if maml else "RL^2-APPO"
+    print(f"\n{name} on {args.train} ({args.tasks} held-out tasks, {args.minutes:g} min per run); paper RL^2: {paper}")
+    # (first, second figure, scale): RL^2's sampled and deterministic trial return; MAML's before and after.
+    tags = ("meta_test/return_step0", "meta_test/return_step1", n) if maml else (*TRIAL_TAGS, 1)
+    labels = ("before", "after") if maml else ("sampled", "deterministic")
     rows = []
     for run in sorted(runs, key=lambda r: r.seed):
         events = load_events(run.folder / "summaries" / "0")
         last = {}
-        for tag in ("meta_test_sampled/trial_return", "meta_test/trial_return", "episode/return_mean"):
+        for tag in (*tags[:2], "maml/return_pre" if maml else "episode/return_mean"):
             series = scalar_series(events, tag)
             last[tag] = (float(series[2][-3:].mean()), int(series[0][-1])) if series else (float("nan"), 0)
+        steps = last["maml/return_pre" if maml else "episode/return_mean"][1]
         base = baselines(env, n, k, args.tasks, run.seed)
-        rows.append((last["meta_test_sampled/trial_return"][0], last["meta_test/trial_return"][0], base))
+        rows.append((last[tags[0]][0] * tags[2], last[tags[1]][0] * tags[2], base))
         cells = " ".join(f"{name} {value:.1f}" for name, value in base.items())
         print(
-            f"seed {run.seed} (exit {run.status}): sampled {rows[-1][0]:.2f}, deterministic {rows[-1][1]:.2f} | "
-            f"{cells} | {last['episode/return_mean'][1]:,} env steps, {run.wall:.0f} s",
+            f"seed {run.seed} (exit {run.status}): {labels[0]} {rows[-1][0]:.2f}, {labels[1]} {rows[-1][1]:.2f} | "
+            f"{cells} | {steps:,} env steps, {run.wall:.0f} s",
             flush=True,
         )
     if rows:
         print(
-            f"median over seeds: sampled {statistics.median(r[0] for r in rows):.2f}, deterministic "
+            f"median over seeds: {labels[0]} {statistics.median(r[0] for r in rows):.2f}, {labels[1]} "
             f"{statistics.median(r[1] for r in rows):.2f}; baselines "
             + " ".join(f"{name} {statistics.median(r[2][name] for r in rows):.1f}" for name in rows[0][2])
         )
@@ -132,11 +162,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=500, help="held-out test tasks per row")
     parser.add_argument("--seed", type=int, default=0, help="the run seed whose test tasks are used")
-    parser.add_argument("--train", help="train RL^2-APPO on this row: bandit:N:K or mdp:N")
+    parser.add_argument("--train", help="train RL^2-APPO (or --algo) on this row: bandit:N:K or mdp:N")
+    parser.add_argument("--algo", choices=("appo", "maml_trpo"), default="appo", help="--train: RL^2-APPO or MAML")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="--train: one run per seed")
     parser.add_argument("--minutes", type=float, default=15.0, help="--train: wall time per run")
     parser.add_argument("--parallel", type=int, default=3, help="--train: runs at a time")
-    parser.add_argument("--out", type=Path, default=ROOT / "train_dir" / "rl2_tables", help="--train: runs folder")
+    parser.add_argument("--out", type=Path, default=ROOT / "train_dir" / "rl2_tables", help="--train: runs folders")
     args, extra = parser.parse_known_args()
     if args.train:
         return train_row(args, extra)
