@@ -73,12 +73,12 @@ class PPO(Algorithm):
             self._update_normalizer(model.obs_normalizer, b["obs"][:, :T])
         is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
         adv_all = ret_all = None
-        if not cfg.with_vtrace:
+        values, old_dist = self._before_updates(b, not cfg.with_vtrace, cfg.kl_loss_coeff > 0)
+        if values is not None:
             # GAE: targets once per iteration, from the weights before this iteration's updates.
-            adv_all, ret_all = self._targets(b, self._all_values(b), None)
+            adv_all, ret_all = self._targets(b, values, None)
             if model.returns_normalizer is not None:
                 self._update_normalizer(model.returns_normalizer, ret_all)
-        old_dist = self._old_distribution(b) if cfg.kl_loss_coeff > 0 else None
         sums: dict[str, float] = {}
         count = 0
         probe: Tensor | None = None  # the first minibatch: where the KL is read before and after the update
@@ -218,25 +218,25 @@ class PPO(Algorithm):
         adv, returns = gae(tm(discounts), tm(rewards), tm(values[:, :-1]), values[:, -1], cfg.gae_lambda)
         return tm(adv), tm(returns)
 
-    def _all_values(self, b: dict[str, Tensor]) -> Tensor:
-        """Normalised values [N, T + 1] of every trajectory under the current weights, no grad."""
+    @torch.no_grad()
+    def _before_updates(self, b: dict[str, Tensor], values: bool, dist: bool) -> tuple[Tensor | None, Any]:
+        """What the iteration reads of the weights before its updates, from one no-grad pass over the batch: with
+        `values`, the normalised values [N, T + 1] of every trajectory (GAE's; the bootstrap step's last); with
+        `dist`, the policy's distribution over the N * T steps, frozen (--kl_loss_coeff's: the behaviour policy
+        itself in a synchronous run). None for what was not asked."""
         N, T = b["rewards"].shape
         if N == 0:  # a rank whose trajectories were all too old
-            return b["rewards"].new_zeros(0, T + 1)
-        with torch.no_grad():
-            values = self.model.values(b["obs"][:, :T], b["rnn_states"][:, :T], b["dones"], self.derived.recurrence)
-            boot = self.model.value_of(b["obs"][:, T], b["rnn_states"][:, T])
-        return torch.cat([values, boot.unsqueeze(1)], dim=1)
-
-    @torch.no_grad()
-    def _old_distribution(self, b: dict[str, Tensor]) -> Any:
-        """The policy's distribution over the batch's N * T steps (flattened) under the weights before this
-        iteration's updates, for --kl_loss_coeff: the behaviour policy itself in a synchronous run."""
-        T = b["rewards"].shape[1]
-        if b["rewards"].shape[0] == 0:
-            return None
-        out = self.model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], self.derived.recurrence)
-        return out.dist.frozen()
+            return (b["rewards"].new_zeros(0, T + 1) if values else None), None
+        obs, rnn, dones, recurrence = b["obs"][:, :T], b["rnn_states"][:, :T], b["dones"], self.derived.recurrence
+        if dist:
+            out = self.model(obs, b["actions"], rnn, dones, recurrence)
+            step_values, frozen = out.values, out.dist.frozen()
+        else:
+            step_values, frozen = (self.model.values(obs, rnn, dones, recurrence) if values else None), None
+        if not values:
+            return None, frozen
+        boot = self.model.value_of(b["obs"][:, T], b["rnn_states"][:, T])
+        return torch.cat([step_values, boot.unsqueeze(1)], dim=1), frozen
 
     # --- losses -------------------------------------------------------------------------------------
     def _loss(
