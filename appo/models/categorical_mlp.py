@@ -51,20 +51,38 @@ class MamlCategoricalPolicy(nn.Module):
         return (log_p0.exp() * (log_p0 - log_p1)).sum(-1)
 
 
-@register_numpy_pass
-class NumpyCategoricalMlp(CategoricalMlpPass):
-    """`MamlCategoricalPolicy` in numpy, bound to the torch policy."""
+class MlpPolicyTwin:
+    """What a MAML policy's numpy twin adds to its numpy pass: built from and bound to a torch policy of exactly
+    `torch_class` (an MLP under `mlp`: Linear + one known activation, then a Linear), on the CPU."""
 
-    def __init__(self, model: MamlCategoricalPolicy, seed: int) -> None:
-        if not self.supports(model, "cpu"):
-            raise ValueError(f"NumpyCategoricalMlp cannot run {type(model).__qualname__}")
-        super().__init__({"kind": self.kind, "activation": activation_name(list(model.mlp)[1])}, seed)
+    torch_class: type
+    kind: str
+
+    def __init__(self, model: nn.Module, seed: int) -> None:
+        self._check(model)
+        super().__init__({"kind": self.kind, "activation": activation_name(list(model.mlp)[1])}, seed)  # type: ignore[call-arg]
         self.load(model)
 
-    @staticmethod
-    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
-        if not on_cpu_exactly(model, device, MamlCategoricalPolicy):
+    @classmethod
+    def supports(cls, model: nn.Module, device: str | torch.device) -> bool:
+        if not on_cpu_exactly(model, device, cls.torch_class):
             return False
         modules = list(model.mlp)
-        hidden = torch.nn.Sequential(*modules[:-1])
-        return len(hidden) > 0 and mlp_unsupported(hidden, "") is None and type(modules[-1]) is torch.nn.Linear
+        hidden = nn.Sequential(*modules[:-1])
+        return len(hidden) > 0 and mlp_unsupported(hidden, "") is None and type(modules[-1]) is nn.Linear
+
+    def load(self, model: nn.Module) -> None:
+        """Copy the weights (call after every pull)."""
+        self._check(model)
+        super().load(model)  # type: ignore[misc]
+
+    def _check(self, model: nn.Module) -> None:
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"{type(self).__name__} cannot run {type(model).__qualname__}")
+
+
+@register_numpy_pass
+class NumpyCategoricalMlp(MlpPolicyTwin, CategoricalMlpPass):
+    """`MamlCategoricalPolicy` in numpy, bound to the torch policy."""
+
+    torch_class = MamlCategoricalPolicy

@@ -12,9 +12,9 @@ import torch
 from torch import Tensor, nn
 
 from appo.inference.gaussian_mlp import GaussianMlpPass
-from appo.models.categorical_mlp import MamlCategoricalPolicy, policy_mlp
+from appo.models.categorical_mlp import MamlCategoricalPolicy, MlpPolicyTwin, policy_mlp
 from appo.models.distributions import gaussian_log_prob
-from appo.models.numpy_ops import activation_name, mlp_unsupported, on_cpu_exactly, register_numpy_pass
+from appo.models.numpy_ops import register_numpy_pass
 from appo.models.registry import register_model
 
 
@@ -62,25 +62,7 @@ def make_policy(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> Maml
 
 
 @register_numpy_pass
-class NumpyGaussianMlp(GaussianMlpPass):
+class NumpyGaussianMlp(MlpPolicyTwin, GaussianMlpPass):
     """`MamlPolicy` in numpy (appo/inference/gaussian_mlp.py), bound to the torch policy."""
 
-    def __init__(self, model: MamlPolicy, seed: int) -> None:
-        if not self.supports(model, "cpu"):
-            raise ValueError(f"NumpyGaussianMlp cannot run {type(model).__qualname__}")
-        super().__init__({"kind": self.kind, "activation": activation_name(list(model.mlp)[1])}, seed)
-        self.load(model)
-
-    @staticmethod
-    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
-        if not on_cpu_exactly(model, device, MamlPolicy):
-            return False
-        modules = list(model.mlp)
-        hidden = torch.nn.Sequential(*modules[:-1])
-        return len(hidden) > 0 and mlp_unsupported(hidden, "") is None and type(modules[-1]) is torch.nn.Linear
-
-    def load(self, model: torch.nn.Module) -> None:
-        """Copy the weights (call after every pull)."""
-        if not self.supports(model, "cpu"):
-            raise ValueError(f"NumpyGaussianMlp cannot run {type(model).__qualname__}")
-        super().load(model)
+    torch_class = MamlPolicy
