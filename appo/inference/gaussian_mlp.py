@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from appo.inference.ops import NumpyActOutput, NumpyPass, State, f32, gaussian_log_prob, mlp, run_layers
+from appo.inference.ops import NumpyActOutput, NumpyPass, State, f32, gaussian_log_prob_const, mlp, run_layers, sample
 
 
 class GaussianMlpPass(NumpyPass):
@@ -20,6 +20,7 @@ class GaussianMlpPass(NumpyPass):
         self.layers = mlp(state, "mlp", self.description["activation"], last_linear=True)
         self.log_std = f32(state["log_std"])
         self.std = np.exp(self.log_std)
+        self.log_prob_const = gaussian_log_prob_const(self.log_std)
 
     def mean(self, obs: np.ndarray) -> np.ndarray:
         return run_layers(self.layers, np.ascontiguousarray(obs, dtype=np.float32))
@@ -31,12 +32,8 @@ class GaussianMlpPass(NumpyPass):
         deterministic: bool = False,
         noise: np.ndarray | None = None,
     ) -> NumpyActOutput:
-        """Actions [B, A] as sampled (the env runner clips what the env sees), their log-probs, zero values."""
-        mean = self.mean(obs)
-        if deterministic:
-            return NumpyActOutput(mean, np.zeros(len(obs), np.float32), np.zeros(len(obs), np.float32), rnn_states)
-        if noise is None:
-            noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
-        actions = (mean + self.std * noise).astype(np.float32)
-        log_probs = gaussian_log_prob(noise, self.log_std).astype(np.float32)
-        return NumpyActOutput(actions, log_probs, np.zeros(len(obs), np.float32), rnn_states)
+        """Actions [B, A] as sampled (the env runner clips what the env sees; the mean with `deterministic`), their
+        log-probs, zero values."""
+        zeros = np.zeros(len(obs), np.float32)
+        sampled = sample(self.rng, self.mean(obs), zeros, self.std, self.log_prob_const, deterministic, noise)
+        return NumpyActOutput(*sampled, rnn_states)

@@ -89,6 +89,12 @@ def gaussian_log_prob_const(log_std: np.ndarray) -> float:
     return float(log_std.sum()) + HALF_LOG_2PI * log_std.size
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log softmax over the last axis, shifted by the row's max first (no overflow)."""
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    return logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+
+
 def sample(
     rng: np.random.Generator,
     params: np.ndarray,
@@ -96,23 +102,26 @@ def sample(
     std: np.ndarray | None,
     log_prob_const: Any,
     deterministic: bool = False,
+    noise: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(actions, log-probs [B], values [B]) from the head's output params [B, P]: Gaussian around `params` with
-    `std` (per env [B, P] or shared [P]), or categorical over logits `params` when `std` is None (Gumbel-max).
-    `deterministic`: the mode (the mean, the most likely action), with no draw from `rng`."""
+    `std` (per env [B, P] or shared [P]), or categorical over logits `params` when `std` is None (Gumbel-max:
+    argmax(log-probs - log(e)) with standard-exponential e). `noise`: the draws to use (standard-normal for the
+    Gaussian, standard-exponential for the categorical, shaped like `params`: an episodic rollout's own), else
+    drawn from `rng`. `deterministic`: the mode (the mean, the most likely action), with no draw."""
     if std is None:
-        logits = params - params.max(axis=-1, keepdims=True)
-        logits = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+        log_p = log_softmax(params)
         if deterministic:
-            actions = logits.argmax(axis=-1)
+            actions = log_p.argmax(axis=-1)
         else:
-            gumbel = -np.log(np.maximum(rng.standard_exponential(logits.shape, dtype=np.float32), 1e-38))
-            actions = (logits + gumbel).argmax(axis=-1)
-        log_probs = np.take_along_axis(logits, actions[:, None], axis=-1)[:, 0]
+            if noise is None:
+                noise = rng.standard_exponential(log_p.shape, dtype=np.float32)
+            actions = (log_p - np.log(np.maximum(noise, 1e-38))).argmax(axis=-1)
+        log_probs = np.take_along_axis(log_p, actions[:, None], axis=-1)[:, 0]
         return actions[:, None].astype(np.int64), log_probs.astype(np.float32), values.astype(np.float32)
     if deterministic:
         noise = np.zeros(params.shape, dtype=np.float32)
-    else:
+    elif noise is None:
         noise = rng.standard_normal(params.shape, dtype=np.float32)
     actions = params + std * noise
     log_probs = -0.5 * np.square(noise).sum(axis=-1) - log_prob_const
