@@ -9,8 +9,9 @@ envs/meta_baselines.py on them (one trial per task) and prints each beside the p
 et al.'s with c = sqrt(2) (untuned); Gittins is Brezzi & Lai's approximation with the discount
 1 - 1 / (pulls left): see envs/meta_baselines.py.
 
-With `--train ROW` (bandit:N:K or mdp:N) it trains RL^2-APPO on that row instead, one run per seed, `--parallel` at
-a time, each for `--minutes` of wall time, with the family's preset (envs/presets.py) and `--num_test_tasks=--tasks`:
+With `--train ROW` (bandit:N:K, gaussian_bandit:N:K or mdp:N) it trains RL^2-APPO on that row instead, one run per
+seed, `--parallel` at a time, each for `--minutes` of wall time, with the family's preset (envs/presets.py) and
+`--num_test_tasks=--tasks`:
 
     python benchmarks/rl2_tables.py --train bandit:10:5 --seeds 0 1 2 --minutes 15 --tasks 500 [extra train flags]
 
@@ -55,6 +56,9 @@ TRIAL_TAGS = ("meta_test_sampled/trial_return", "meta_test/trial_return")  # RL^
 PAPER_MDPS = {10: (100.1, 138.1, 146.6, 156.2), 25: (250.2, 408.8, 424.1, 445.7), 50: (499.7, 904.4, 918.9, 936.1)}
 
 
+BANDITS = ("bandit", "gaussian_bandit")  # Bernoulli arms p ~ U[0, 1] (the paper's); N(mu, 1) arms, mu ~ N(0, 1)
+
+
 def bandit_rows(num_tasks: int, seed: int) -> None:
     print("bandits (Bernoulli, p ~ U[0, 1]): ours / paper")
     print(f"{'n':>4} {'k':>3} | {'Random':>14} | {'Gittins':>14} | {'TS':>14} | {'UCB1':>14} | paper RL^2")
@@ -77,24 +81,27 @@ def mdp_rows(num_tasks: int, seed: int) -> None:
 
 
 def parse_row(text: str) -> tuple[str, int, int]:
-    """bandit:N:K -> ("bandit", N, K); mdp:N -> ("tabular_mdp", N, 5)."""
+    """bandit:N:K -> ("bandit", N, K); gaussian_bandit:N:K likewise; mdp:N -> ("tabular_mdp", N, 5)."""
     parts = text.split(":")
     try:
-        if parts[0] == "bandit" and len(parts) == 3:
-            return "bandit", int(parts[1]), int(parts[2])
+        if parts[0] in BANDITS and len(parts) == 3:
+            return parts[0], int(parts[1]), int(parts[2])
         if parts[0] == "mdp" and len(parts) == 2:
             return "tabular_mdp", int(parts[1]), 5
     except ValueError:
         pass
-    raise SystemExit(f"--train={text}: must be bandit:N:K (e.g. bandit:10:5) or mdp:N (e.g. mdp:10)")
+    raise SystemExit(
+        f"--train={text}: must be bandit:N:K (e.g. bandit:10:5), gaussian_bandit:N:K or mdp:N (e.g. mdp:10)"
+    )
 
 
 def baselines(env: str, n: int, k: int, tasks_n: int, seed: int) -> dict[str, float]:
     """The row's baselines on the test tasks of a run with `seed` and `--num_test_tasks=tasks_n`."""
-    if env == "bandit":
-        _, tasks = task_split(make_env("bandit", num_arms=k), 0, tasks_n, seed)
+    if env in BANDITS:
+        _, tasks = task_split(make_env(env, num_arms=k), 0, tasks_n, seed)
         named = {"random": mb.bandit_random, "gittins": mb.bandit_gittins, "ts": mb.bandit_thompson}
-        return {name: f(tasks, n, seed) for name, f in (named | {"ucb1": mb.bandit_ucb1}).items()}
+        gaussian = env == "gaussian_bandit"
+        return {name: f(tasks, n, seed, gaussian) for name, f in (named | {"ucb1": mb.bandit_ucb1}).items()}
     _, tasks = task_split(make_env("tabular_mdp"), 0, tasks_n, seed)
     return {"random": mb.mdp_random(tasks, n, seed=seed), "psrl": mb.mdp_psrl(tasks, n, seed=seed)}
 
@@ -125,9 +132,10 @@ def train_row(args: argparse.Namespace, extra: list[str]) -> int:
     maml = args.algo == "maml_trpo"
     flags = [f"--num_test_tasks={args.tasks}", f"--train_for_seconds={args.minutes * 60}"]
     flags += [*MAML_FLAGS, f"--fast_batch_size={n}"] if maml else [f"--episodes_per_trial={n}"]
-    flags += [f"--num_arms={k}"] if env == "bandit" else []
+    flags += [f"--num_arms={k}"] if env in BANDITS else []
     runs = run_all([(env, s) for s in args.seeds], 10**12, args.out / args.algo, flags + extra, args.parallel)
-    paper = PAPER_BANDITS.get((n, k), (None,) * 5)[-1] if env == "bandit" else PAPER_MDPS.get(n, (None,) * 4)[-1]
+    paper = {"bandit": PAPER_BANDITS.get((n, k), (None,) * 5)[-1], "tabular_mdp": PAPER_MDPS.get(n, (None,) * 4)[-1]}
+    paper = paper.get(env)  # the paper has no Gaussian bandits
     name = "MAML-TRPO (N x episode return before / after adapting on N episodes)" if maml else "RL^2-APPO"
     print(f"\n{name} on {args.train} ({args.tasks} held-out tasks, {args.minutes:g} min per run); paper RL^2: {paper}")
     # (first, second figure, scale): RL^2's sampled and deterministic trial return; MAML's before and after.
@@ -162,7 +170,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=500, help="held-out test tasks per row")
     parser.add_argument("--seed", type=int, default=0, help="the run seed whose test tasks are used")
-    parser.add_argument("--train", help="train RL^2-APPO (or --algo) on this row: bandit:N:K or mdp:N")
+    parser.add_argument(
+        "--train", help="train RL^2-APPO (or --algo) on this row: bandit:N:K, gaussian_bandit:N:K or mdp:N"
+    )
     parser.add_argument("--algo", choices=("appo", "maml_trpo"), default="appo", help="--train: RL^2-APPO or MAML")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="--train: one run per seed")
     parser.add_argument("--minutes", type=float, default=15.0, help="--train: wall time per run")
