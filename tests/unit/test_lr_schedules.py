@@ -1,7 +1,8 @@
 """Learning-rate schedules (issue 37). --lr_schedule=linear_decay follows whichever budget ends the run.
 --lr_schedule=kl_adaptive_minibatch / kl_adaptive_epoch: on a real learner and real batches, the rate moves by 1.5
 per minibatch (or per epoch) the way the approximate KL says, stays within its bounds, reaches tensorboard's
-train/learning_rate through the stats, and a resumed learner goes on from the rate it saved."""
+train/learning_rate through the stats, and a resumed learner goes on from the rate it saved.
+--exploration_schedule=linear_decay takes the entropy bonus to 0 on the same clock."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from appo.config.cfg import Cfg
 from appo.config.derive import derive
 from appo.config.verify import verify
 from appo.models.registry import make_model
-from tests.unit.test_learner import SPACES, fill, make_learner, small_cfg, take_batch
+from tests.unit.test_learner import SPACES, fill, make_learner, params_of, small_cfg, take_batch
 
 # small_cfg: 2 epochs of 2 minibatches per iteration.
 MINIBATCHES = 4
@@ -105,3 +106,25 @@ def test_linear_decay_follows_the_budget_used():
     assert algorithm.optimizer.param_groups[0]["lr"] == pytest.approx(0.0025)
     algorithm.budget_used = 1.2
     assert algorithm._set_learning_rate(0) == 0.0
+
+
+def _trained_params(tmp_path, seconds: float, **overrides) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    learner = make_learner(small_cfg(train_for_seconds=seconds, **overrides), tmp_path)
+    train_once(learner, 1)
+    return params_of(learner.model)
+
+
+@pytest.mark.parametrize("spent", [False, True])
+def test_a_decaying_entropy_bonus_is_whole_at_the_start_and_gone_when_the_budget_is_spent(tmp_path, spent):
+    """The same batch on the same weights, a large entropy bonus against none: with the budget untouched the
+    decaying bonus trains as the constant one does; with the budget spent it trains as no bonus does."""
+    seconds = 1e-6 if spent else 1e6
+    none = _trained_params(tmp_path / "none", seconds, exploration_loss_coeff=0.0)
+    constant = _trained_params(tmp_path / "constant", seconds, exploration_loss_coeff=5.0)
+    decaying = _trained_params(
+        tmp_path / "decaying", seconds, exploration_loss_coeff=5.0, exploration_schedule="linear_decay"
+    )
+    same_as, differs_from = (none, constant) if spent else (constant, none)
+    assert all(torch.equal(decaying[k], same_as[k]) for k in decaying)
+    assert not all(torch.allclose(decaying[k], differs_from[k]) for k in decaying)

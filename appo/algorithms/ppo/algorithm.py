@@ -278,11 +278,9 @@ class PPO(Algorithm):
         # Each term is a mean over this rank's steps; weighted by its share it is this rank's part of the mean over
         # the whole minibatch (summed over the ranks by DDP for the gradient, by sum_stats for the statistics).
         share = part.n / part.n_global if ranks.is_distributed else 1.0
-        loss = (
-            terms["policy_loss"]
-            + cfg.value_loss_coeff * terms["value_loss"]
-            - cfg.exploration_loss_coeff * terms["entropy"]
-        )
+        entropy_coeff = cfg.exploration_loss_coeff  # to 0 at the end of the run's budget with linear_decay
+        entropy_coeff *= max(1.0 - self.budget_used, 0.0) if cfg.exploration_schedule == "linear_decay" else 1.0
+        loss = terms["policy_loss"] + cfg.value_loss_coeff * terms["value_loss"] - entropy_coeff * terms["entropy"]
         if "bounds_loss" in terms:
             loss = loss + cfg.bounds_loss_coeff * terms["bounds_loss"]
         if "kl_loss" in terms:

@@ -18,6 +18,9 @@ class PpoCfg:
     ppo_clip_value: float = flag(1.0, "PPO value clip (normalised units); 0 disables")
     value_loss_coeff: float = flag(0.5, "weight of the value loss")
     exploration_loss_coeff: float = flag(0.003, "weight of the entropy bonus")
+    exploration_schedule: str = flag(
+        "constant", "the entropy bonus over the run: constant, or linear_decay (to 0 as --lr_schedule's linear_decay)"
+    )
     normalize_advantage: bool = flag(True, "normalise advantages per minibatch")
     kl_loss_coeff: float = flag(
         0.0,
@@ -46,6 +49,8 @@ def verify_ppo(cfg: object) -> list[str]:
     errors = []
     if not 0.0 <= cfg.gae_lambda <= 1.0:  # type: ignore[attr-defined]
         errors.append(f"--gae_lambda={cfg.gae_lambda}: must be in [0, 1]")  # type: ignore[attr-defined]
+    if cfg.exploration_schedule not in ("constant", "linear_decay"):  # type: ignore[attr-defined]
+        errors.append(f"--exploration_schedule={cfg.exploration_schedule}: must be constant or linear_decay")  # type: ignore[attr-defined]
     if cfg.kl_loss_coeff < 0:  # type: ignore[attr-defined]
         errors.append(f"--kl_loss_coeff={cfg.kl_loss_coeff}: must be >= 0")  # type: ignore[attr-defined]
     return errors
