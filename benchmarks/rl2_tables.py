@@ -137,7 +137,8 @@ def train_row(args: argparse.Namespace, extra: list[str]) -> int:
     paper = {"bandit": PAPER_BANDITS.get((n, k), (None,) * 5)[-1], "tabular_mdp": PAPER_MDPS.get(n, (None,) * 4)[-1]}
     paper = paper.get(env)  # the paper has no Gaussian bandits
     name = "MAML-TRPO (N x episode return before / after adapting on N episodes)" if maml else "RL^2-APPO"
-    print(f"\n{name} on {args.train} ({args.tasks} held-out tasks, {args.minutes:g} min per run); paper RL^2: {paper}")
+    paper_note = f"paper RL^2: {paper}" if paper is not None else "no paper figure"
+    print(f"\n{name} on {args.train} ({args.tasks} held-out tasks, {args.minutes:g} min per run); {paper_note}")
     # (first, second figure, scale): RL^2's sampled and deterministic trial return; MAML's before and after.
     tags = ("meta_test/return_step0", "meta_test/return_step1", n) if maml else (*TRIAL_TAGS, 1)
     labels = ("before", "after") if maml else ("sampled", "deterministic")
