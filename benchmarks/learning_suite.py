@@ -33,6 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from appo.protocol.processes import stop_signals_unblocked  # noqa: E402
 from appo.tools.plot import load_events, scalar_series  # noqa: E402
 
 DEFAULT_ENVS = ["HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5", "InvertedPendulum-v5"]
@@ -88,33 +89,35 @@ def launch(env: str, seed: int, env_steps: int, train_dir: Path, extra: list[str
 
 def run_all(jobs: list[tuple[str, int]], env_steps: int, train_dir: Path, extra: list[str], parallel: int) -> list[Run]:
     """Every (env, seed) job, `parallel` at a time; on Ctrl-C the running ones are stopped (each stops its
-    own processes on SIGINT) before the interrupt goes on."""
+    own processes on SIGINT) before the interrupt goes on. SIGINT is taken back first where it was ignored (a
+    suite started with `cmd &` or nohup inherits it so), or a Ctrl-C would never reach this loop."""
     pending, running, done = list(jobs), {}, []
-    try:
-        while pending or running:
-            while pending and len(running) < parallel:
-                env, seed = pending.pop(0)
-                running[(env, seed)] = (launch(env, seed, env_steps, train_dir, extra), time.monotonic())
-                print(f"started {env} seed {seed}", flush=True)
-            time.sleep(1.0)
-            for key, (proc, start) in list(running.items()):
-                if proc.poll() is None:
-                    continue
+    with stop_signals_unblocked():
+        try:
+            while pending or running:
+                while pending and len(running) < parallel:
+                    env, seed = pending.pop(0)
+                    running[(env, seed)] = (launch(env, seed, env_steps, train_dir, extra), time.monotonic())
+                    print(f"started {env} seed {seed}", flush=True)
+                time.sleep(1.0)
+                for key, (proc, start) in list(running.items()):
+                    if proc.poll() is None:
+                        continue
+                    proc.log.close()
+                    del running[key]
+                    wall = time.monotonic() - start
+                    done.append(Run(key[0], key[1], train_dir / run_name(*key), proc.returncode, wall))
+                    print(f"finished {key[0]} seed {key[1]}: exit {proc.returncode}, {wall:.0f} s", flush=True)
+        finally:
+            for proc, _ in running.values():
+                proc.send_signal(2)  # SIGINT: the driver's orderly shutdown
+            for proc, _ in running.values():
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
                 proc.log.close()
-                del running[key]
-                wall = time.monotonic() - start
-                done.append(Run(key[0], key[1], train_dir / run_name(*key), proc.returncode, wall))
-                print(f"finished {key[0]} seed {key[1]}: exit {proc.returncode}, {wall:.0f} s", flush=True)
-    finally:
-        for proc, _ in running.values():
-            proc.send_signal(2)  # SIGINT: the driver's orderly shutdown
-        for proc, _ in running.values():
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            proc.log.close()
     return done
 
 

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from learning_suite import launch, run_name  # noqa: E402
 
+from appo.protocol.processes import stop_signals_unblocked  # noqa: E402
 from appo.tools.plot import load_events, scalar_series  # noqa: E402
 
 METHODS = {  # name -> (extra flags, the two tags read)
@@ -74,26 +75,27 @@ def main() -> int:
     jobs = [(env, method) for env in args.envs for method in METHODS]
     pending, running, status = list(jobs), {}, {}
     flags = [f"--train_for_seconds={args.minutes * 60}", *extra]
-    try:
-        while pending or running:
-            while pending and len(running) < args.parallel:
-                env, method = pending.pop(0)
-                out = args.out / method
-                running[(env, method)] = launch(env, args.seed, 10**12, out, [*METHODS[method][0], *flags])
-                print(f"started {env} {method}", flush=True)
-            time.sleep(1.0)
-            for key, proc in list(running.items()):
-                if proc.poll() is not None:
-                    proc.log.close()
-                    status[key] = proc.returncode
-                    del running[key]
-                    print(f"finished {key[0]} {key[1]}: exit {proc.returncode}", flush=True)
-    finally:
-        for proc in running.values():
-            proc.send_signal(2)  # SIGINT: the run's orderly shutdown
-        for proc in running.values():
-            proc.wait()
-            proc.log.close()
+    with stop_signals_unblocked():  # SIGINT back where it was ignored (`cmd &`, nohup): see learning_suite.run_all
+        try:
+            while pending or running:
+                while pending and len(running) < args.parallel:
+                    env, method = pending.pop(0)
+                    out = args.out / method
+                    running[(env, method)] = launch(env, args.seed, 10**12, out, [*METHODS[method][0], *flags])
+                    print(f"started {env} {method}", flush=True)
+                time.sleep(1.0)
+                for key, proc in list(running.items()):
+                    if proc.poll() is not None:
+                        proc.log.close()
+                        status[key] = proc.returncode
+                        del running[key]
+                        print(f"finished {key[0]} {key[1]}: exit {proc.returncode}", flush=True)
+        finally:
+            for proc in running.values():
+                proc.send_signal(2)  # SIGINT: the run's orderly shutdown
+            for proc in running.values():
+                proc.wait()
+                proc.log.close()
     print(f"\n{args.minutes:g} minutes a run, seed {args.seed}, {args.parallel} at a time; ep0 / ep1 (env steps)")
     print("| env | at | RL^2 ep0 / ep1 | oracle ep0 / ep1 | MAML before / after |")
     print("|---|---|---|---|---|")

@@ -1,14 +1,18 @@
 """benchmarks/learning_suite.py end to end on CartPole: real runs, the table read back against the runs'
-tensorboard files and their final policies' deterministic evaluation, a curve PNG per env, and a failed run
-reported as failed with a non-zero exit."""
+tensorboard files and their final policies' deterministic evaluation, a curve PNG per env, a failed run
+reported as failed with a non-zero exit, and a suite started in the background stopped by a SIGINT to it alone."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from appo.api import load_policy
@@ -51,3 +55,36 @@ def test_a_failed_run_is_reported_and_the_exit_is_non_zero(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, timeout=120, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "seed 0 failed (exit" in (out / "suite.md").read_text()
+
+
+def test_a_suite_started_in_the_background_stops_its_runs_on_sigint(tmp_path):
+    """`cmd &` and nohup start a script with SIGINT ignored: the suite takes it back, so a SIGINT sent to the suite
+    alone stops its runs in order and then the suite, leaving no process behind (before, the suite ignored it and
+    waited on its runs to the end of their budget)."""
+    out = tmp_path / "suite"
+    cmd = SUITE + ["--envs", "CartPole-v1", "--seeds", "0", "--env_steps", "1000000000", "--out", str(out)]
+    cmd += ["--eval_episodes", "0", "--num_workers=1"]
+    ignore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731 - as a shell's `&` does
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=ignore_sigint,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list((out / "runs").glob("CartPole-v1_s0/summaries/0/events.*")):  # the run is training
+            assert proc.poll() is None and time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.5)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=90)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [p.info for p in alive]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
