@@ -105,6 +105,11 @@ def _kill_group(pgid: int) -> list[str]:
     return names
 
 
+def ignore_sigint() -> None:
+    """A `spawn` preexec_fn: the command starts with SIGINT ignored, as `cmd &` or nohup start it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def spawn(argv: list[str], preexec_fn: Any = None) -> subprocess.Popen:
     """A command in the project's root, in its own session (killable as a group), stdout and stderr as one text pipe."""
     return subprocess.Popen(

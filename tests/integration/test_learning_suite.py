@@ -4,7 +4,6 @@ reported as failed with a non-zero exit, and a suite started in the background s
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import psutil
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from appo.api import load_policy
+from tests.conftest import _kill_group, ignore_sigint, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = [sys.executable, "benchmarks/learning_suite.py"]
@@ -64,15 +64,7 @@ def test_a_suite_started_in_the_background_stops_its_runs_on_sigint(tmp_path):
     out = tmp_path / "suite"
     cmd = SUITE + ["--envs", "CartPole-v1", "--seeds", "0", "--env_steps", "1000000000", "--out", str(out)]
     cmd += ["--eval_episodes", "0", "--num_workers=1"]
-    ignore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731 - as a shell's `&` does
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=ignore_sigint,
-        start_new_session=True,
-    )
+    proc = spawn(cmd, ignore_sigint)  # as `cmd &` starts it
     try:
         deadline = time.monotonic() + 120
         while not list((out / "runs").glob("CartPole-v1_s0/summaries/0/events.*")):  # the run is training
@@ -86,5 +78,5 @@ def test_a_suite_started_in_the_background_stops_its_runs_on_sigint(tmp_path):
         assert not alive, [p.info for p in alive]
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_group(proc.pid)
             proc.wait()

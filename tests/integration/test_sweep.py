@@ -20,7 +20,7 @@ import matplotlib.image as mpimg
 import psutil
 import pytest
 
-from tests.conftest import ROOT, _kill_group, spawn
+from tests.conftest import ROOT, _kill_group, ignore_sigint, spawn
 from tests.support.ray_cluster import needs_ray, ray_processes
 
 RUN_FLAGS = ["--env=CartPole-v1", "--train_for_env_steps=2048", "--num_workers=1", "--num_envs_per_worker=4"]
@@ -119,7 +119,6 @@ def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(tr
     grid = {"seed": [0, 1]}
     flags = [*RUN_FLAGS[1:], "--train_for_env_steps=100000000", "--save_every_sec=1000"]
     args = ["--grid", json.dumps(grid), "--max_parallel=2", "--name=s", f"--train_dir={train_dir}", "--backend=ray"]
-    ignore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
     proc = spawn([sys.executable, "-m", "appo.sweep", *args, "--", "--env=CartPole-v1", *flags], ignore_sigint)
     try:
         names = [f"seed={seed}" for seed in grid["seed"]]
