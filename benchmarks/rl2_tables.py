@@ -134,8 +134,8 @@ def train_row(args: argparse.Namespace, extra: list[str]) -> int:
     flags += [*MAML_FLAGS, f"--fast_batch_size={n}"] if maml else [f"--episodes_per_trial={n}"]
     flags += [f"--num_arms={k}"] if env in BANDITS else []
     runs = run_all([(env, s) for s in args.seeds], 10**12, args.out / args.algo, flags + extra, args.parallel)
-    paper = {"bandit": PAPER_BANDITS.get((n, k), (None,) * 5)[-1], "tabular_mdp": PAPER_MDPS.get(n, (None,) * 4)[-1]}
-    paper = paper.get(env)  # the paper has no Gaussian bandits
+    paper_rl2 = {"bandit": PAPER_BANDITS.get((n, k), (None,) * 5), "tabular_mdp": PAPER_MDPS.get(n, (None,) * 4)}
+    paper = paper_rl2.get(env, (None,))[-1]  # the paper has no Gaussian bandits
     name = "MAML-TRPO (N x episode return before / after adapting on N episodes)" if maml else "RL^2-APPO"
     paper_note = f"paper RL^2: {paper}" if paper is not None else "no paper figure"
     print(f"\n{name} on {args.train} ({args.tasks} held-out tasks, {args.minutes:g} min per run); {paper_note}")
