@@ -160,7 +160,7 @@ register(
         verify_maml,
         "MAML with a TRPO meta-step: per-task adaptation by policy gradient, second-order meta-gradient",
         MAML_DEFAULTS,
-        model_kind="maml_gaussian_mlp",
+        model_kind="maml_mlp",
         consumes="meta_batches",
         episodic=True,  # the actor workers run whole episodes per task (appo/backends/maml_actors.py)
         trajectory_fields=("action_noise",),  # drawn from each episode's seed: the same episode wherever it runs

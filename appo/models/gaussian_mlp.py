@@ -1,5 +1,5 @@
 """MAML's policy (appo/algorithms/maml/): a Gaussian MLP, mean = MLP(obs) with a state-independent log-std (a
-parameter), as pytorch-maml-rl's NormalMLPPolicy; model kind "maml_gaussian_mlp"; and its numpy twin, which the
+parameter), as pytorch-maml-rl's NormalMLPPolicy; model kind "maml_mlp" (with the categorical one); and its numpy twin, which the
 actor workers act with."""
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ class MamlPolicy(nn.Module):
         return (log_std1 - log_std0 + (var0 + (mean0 - mean1).pow(2)) / (2 * var1) - 0.5).sum(-1)
 
 
-@register_model("maml_gaussian_mlp")
+@register_model("maml_mlp")
 def make_policy(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> MamlPolicy | MamlCategoricalPolicy:
     """The run's policy (`cfg`: an appo Cfg): Gaussian for flat Box actions, categorical for Discrete ones (flat
-    Box observations: verify_maml says so). Also model kind "maml_gaussian_mlp": what the actor workers act with
+    Box observations: verify_maml says so). Model kind "maml_mlp": what the actor workers act with
     (appo.models.actor_critic.make_model)."""
     obs_dim, hidden = int(np.prod(obs_space.shape)), list(cfg.maml_mlp_layers)
     if isinstance(action_space, gym.spaces.Discrete):
