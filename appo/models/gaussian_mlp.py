@@ -1,6 +1,6 @@
 """MAML's policy (appo/algorithms/maml/): a Gaussian MLP, mean = MLP(obs) with a state-independent log-std (a
-parameter), as pytorch-maml-rl's NormalMLPPolicy; model kind "maml_mlp" (with the categorical one); and its numpy twin, which the
-actor workers act with."""
+parameter), as pytorch-maml-rl's NormalMLPPolicy; model kind "maml_mlp" (with the categorical one); and its numpy
+twin, which the actor workers act with."""
 
 from __future__ import annotations
 
