@@ -50,9 +50,14 @@ class Run:
     def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         if not self.out.closed:  # the test failed (or returned) before finish(): kill the run and its group
-            self.finish(timeout=0.1)
+            try:
+                self.finish(timeout=0.1)
+            except AssertionError:
+                if exc_type is None:
+                    raise
+                # else the test's own failure (a wait_for that timed out, with the run's log) is the one to show
 
     def text(self) -> str:
         return self.log.read_text() if self.log.is_file() else ""
