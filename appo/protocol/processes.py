@@ -141,8 +141,11 @@ def stop_processes(
     processes. Returns the names of processes that had to be forced."""
     began = time.monotonic()
     until = deadline if deadline is not None else (lambda: began + timeout)
-    while any(p.is_alive() for p in processes) and time.monotonic() < until():
-        next(p for p in processes if p.is_alive()).join(0.1)
+    while time.monotonic() < until():
+        alive = [p for p in processes if p.is_alive()]  # once: a child may exit between two is_alive() calls
+        if not alive:
+            break
+        alive[0].join(0.1)
     left = [p for p in processes if p.is_alive()]
     for process in left:
         process.terminate()
