@@ -9,7 +9,8 @@ workers is what the issue's figures mean). When all are done it writes, under --
 - `suite.md`: one row per env: final training return (mean of the last 100 episodes, the run's
   `episode/return_mean` at its end, with the policy's noise) as mean, std, min and median over seeds; the median
   of the final policy's deterministic evaluation (--eval_episodes episodes of the last checkpoint, played as
-  enjoy.py plays them, `appo.load_policy(...).evaluate`); the steps reached; the wall time per run; and the public
+  enjoy.py plays them, `appo.load_policy(...).evaluate`) and the same for the best checkpoint by training
+  return (what Sample Factory's published figures are); the steps reached; the wall time per run; and the public
   references (CleanRL's PPO at 1M steps, MuJoCo v4; Sample Factory 2's APPO at 10M, its published models' best
   evaluation);
 - `<env>.png`: every seed's curve against env steps (thin) and the mean over seeds with a min-max band;
@@ -67,6 +68,7 @@ class Result(NamedTuple):
     steps: np.ndarray
     values: np.ndarray
     evaluation: float = float("nan")  # mean of the final policy's deterministic episodes
+    best_evaluation: float = float("nan")  # the same for the best checkpoint (by training return), SF2's measure
 
     @property
     def final(self) -> float:
@@ -129,16 +131,19 @@ def read(run: Run, eval_episodes: int) -> Result:
     if data is None:
         return Result(run, np.zeros(0), np.zeros(0))
     steps, _, values = data
-    return Result(run, steps, values, evaluate(run, eval_episodes) if run.status == 0 else float("nan"))
+    if run.status != 0:
+        return Result(run, steps, values)
+    return Result(run, steps, values, evaluate(run, eval_episodes), evaluate(run, eval_episodes, "best"))
 
 
-def evaluate(run: Run, episodes: int) -> float:
-    """The final checkpoint's deterministic episodes, as enjoy.py plays them (seeded apart from training's)."""
+def evaluate(run: Run, episodes: int, checkpoint: str = "latest") -> float:
+    """A checkpoint's deterministic episodes (the final one, or the best by training return: what Sample Factory
+    publishes), as enjoy.py plays them (seeded apart from training's)."""
     if episodes <= 0:
         return float("nan")
     from appo.api import load_policy
 
-    returns = load_policy(run.folder).evaluate(episodes=episodes, seed=10_000 + run.seed)
+    returns = load_policy(run.folder, checkpoint=checkpoint).evaluate(episodes=episodes, seed=10_000 + run.seed)
     return float(np.mean(returns))
 
 
@@ -155,11 +160,12 @@ def reference_10m(env: str) -> str:
 def table(results: list[Result], env_steps: int) -> str:
     lines = [
         f"Final training return (last 100 episodes, with the policy's noise) at {env_steps:,} env steps, over "
-        "seeds; eval: the final policy's deterministic episodes (median over seeds; by seed after the slash).",
+        "seeds; eval: the final policy's deterministic episodes (median over seeds; by seed in the last column); "
+        "best eval: the same for the best checkpoint by training return (Sample Factory's published measure).",
         "",
-        "| env | seeds | mean | std | min | median | eval median | steps reached | wall per run (s) "
-        "| CleanRL PPO at 1M | SF2 APPO at 10M | by seed (train / eval) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| env | seeds | mean | std | min | median | eval median | best eval median | steps reached "
+        "| wall per run (s) | CleanRL PPO at 1M | SF2 APPO at 10M | by seed (train ; eval ; best eval) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for env in dict.fromkeys(r.run.env for r in results):
         mine = [r for r in results if r.run.env == env]
@@ -171,11 +177,15 @@ def table(results: list[Result], env_steps: int) -> str:
             std = statistics.stdev(finals) if len(finals) > 1 else 0.0
             cells = [f"{statistics.mean(finals):,.0f}", f"{std:,.0f}", f"{min(finals):,.0f}"]
             cells += [f"{statistics.median(finals):,.0f}", f"{statistics.median(r.evaluation for r in good):,.0f}"]
+            cells += [f"{statistics.median(r.best_evaluation for r in good):,.0f}"]
             cells += [f"{min(int(r.steps[-1]) for r in good):,}", f"{statistics.median(walls):.0f}"]
         else:
-            cells = ["-"] * 7
+            cells = ["-"] * 8
         seeds = ", ".join(str(r.run.seed) for r in good) + (f" ({'; '.join(failed)})" if failed else "")
-        by_seed = " / ".join(f"{r.final:,.0f}" for r in good) + " ; " + " / ".join(f"{r.evaluation:,.0f}" for r in good)
+        by_seed = " ; ".join(
+            " / ".join(f"{value:,.0f}" for value in values)
+            for values in ([r.final for r in good], [r.evaluation for r in good], [r.best_evaluation for r in good])
+        )
         refs = f" | {reference(env)} | {reference_10m(env)} | "
         lines.append(f"| {env} | {seeds} | " + " | ".join(cells) + refs + f"{by_seed} |")
     return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
 """benchmarks/learning_suite.py end to end on CartPole: real runs, the table read back against the runs'
-tensorboard files and their final policies' deterministic evaluation, a curve PNG per env, a failed run
+tensorboard files and their final and best policies' deterministic evaluations, a curve PNG per env, a failed run
 reported as failed with a non-zero exit, and a suite started in the background stopped by a SIGINT to it alone."""
 
 from __future__ import annotations
@@ -38,14 +38,18 @@ def test_suite_table_and_curves_come_from_the_runs(tmp_path):
     assert cells[1] == "0, 1"
     assert float(cells[2].replace(",", "")) == round(sum(finals) / 2)
     assert float(cells[4].replace(",", "")) == round(min(finals))
-    train, evaluation = cells[11].split(" ; ")  # by seed
+    train, evaluation, best_evaluation = cells[12].split(" ; ")  # by seed
     assert [float(v.replace(",", "")) for v in train.split(" / ")] == [round(f) for f in finals]
-    # The final policies' deterministic episodes, as enjoy.py plays them, seeded apart from training.
-    evals = [
-        np.mean(load_policy(out / "runs" / f"CartPole-v1_s{s}").evaluate(episodes=10, seed=10_000 + s)) for s in (0, 1)
-    ]
-    assert [float(v.replace(",", "")) for v in evaluation.split(" / ")] == [round(e) for e in evals]
-    assert float(cells[6].replace(",", "")) == round(float(np.median(evals)))
+    # The final and the best (by training return) policies' deterministic episodes, as enjoy.py plays them, seeded
+    # apart from training.
+    for column, by_seed, checkpoint in ((6, evaluation, "latest"), (7, best_evaluation, "best")):
+        runs = [out / "runs" / f"CartPole-v1_s{s}" for s in (0, 1)]
+        evals = [
+            np.mean(load_policy(run, checkpoint=checkpoint).evaluate(episodes=10, seed=10_000 + s))
+            for s, run in enumerate(runs)
+        ]
+        assert [float(v.replace(",", "")) for v in by_seed.split(" / ")] == [round(e) for e in evals]
+        assert float(cells[column].replace(",", "")) == round(float(np.median(evals)))
     assert (out / "CartPole-v1.png").stat().st_size > 1000
 
 
