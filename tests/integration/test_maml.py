@@ -181,7 +181,7 @@ def test_half_cheetah_dir_rewards_the_direction() -> None:
     # Seed defect: its half_cheetah_dir config trained the velocity task. The same episodes run forward and
     # backward: rewards are direction * x_velocity - control cost, so their sum is minus twice the control cost
     # and their difference twice the velocity.
-    from tests.unit.test_maml import sample_tasks
+    from tests.unit.test_maml_actors import sample_tasks
 
     rewards, actions = sample_tasks("half_cheetah_dir", [{"direction": 1.0}, {"direction": -1.0}])
     assert np.array_equal(actions[0], actions[1])
