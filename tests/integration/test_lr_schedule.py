@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envs.presets import env_preset
 
 ROOT = Path(__file__).resolve().parents[2]
-SECONDS = 20.0
+# Long enough that a slow or loaded machine, whose start-up (MuJoCo, the processes) took over 15 s of a 20 s budget
+# in CI, still trains several iterations inside it.
+SECONDS = 45.0
 
 
 @pytest.mark.timeout(180)
@@ -29,14 +33,26 @@ def test_a_time_budgeted_run_decays_its_learning_rate_to_the_end(tmp_path: Path)
         f"--train_for_seconds={SECONDS}",
         "--report_interval=0.5",
     ]
+    launched = time.time()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stderr[-3000:]
     events = EventAccumulator(str(tmp_path / "ant_dir" / "summaries" / "0"), size_guidance={"scalars": 0})
     events.Reload()
-    rates = [e.value for e in events.Scalars("train/learning_rate")]
+    points = events.Scalars("train/learning_rate")
+    rates = [e.value for e in points]
     initial = env_preset("ant_dir")["learning_rate"]
-    assert len(rates) >= 5, rates
-    assert rates[0] > 0.6 * initial, rates  # the first iterations: most of the rate left
+    assert len(rates) >= 3, rates
     assert all(b <= a for a, b in zip(rates, rates[1:], strict=False)), rates  # it only goes down
-    # The last iteration trained within the last seconds of the budget: at most 15% of it left.
-    assert rates[-1] < 0.15 * initial, f"{rates[-1]:.2e} of {initial:.2e} at the end of a {SECONDS:g} s run"
+    # The rate falls with wall time at initial / SECONDS per second and reaches 0 when the budget ends (the budget
+    # counts from the driver's start, a few seconds after the launch): read on the clock, not on a count of
+    # iterations, so a slow machine's fewer, longer iterations pass as well as a fast one's. Before, a time-budgeted
+    # run decayed by env steps toward a budget it never reached: a slope near 0 and a zero years away.
+    # Each rate is summarised until the next iteration sets another: its first summary is the closest to when it
+    # was set.
+    firsts = [e for i, e in enumerate(points) if i == 0 or e.value != points[i - 1].value]
+    assert len(firsts) >= 3, rates
+    times = np.array([e.wall_time for e in firsts]) - launched
+    slope, intercept = np.polyfit(times, np.array([e.value for e in firsts]), 1)
+    assert -1.5 * initial / SECONDS < slope < -0.5 * initial / SECONDS, (slope, initial / SECONDS, rates)
+    zero_at = -intercept / slope
+    assert SECONDS - 5.0 < zero_at < SECONDS + 25.0, (zero_at, times, rates)
