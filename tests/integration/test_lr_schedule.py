@@ -41,7 +41,6 @@ def test_a_time_budgeted_run_decays_its_learning_rate_to_the_end(tmp_path: Path)
     points = events.Scalars("train/learning_rate")
     rates = [e.value for e in points]
     initial = env_preset("ant_dir")["learning_rate"]
-    assert len(rates) >= 3, rates
     assert all(b <= a for a, b in zip(rates, rates[1:], strict=False)), rates  # it only goes down
     # The rate falls with wall time at initial / SECONDS per second and reaches 0 when the budget ends (the budget
     # counts from the driver's start, a few seconds after the launch): read on the clock, not on a count of
