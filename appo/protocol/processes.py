@@ -120,7 +120,15 @@ def start_process(ctx: Any, target: Callable[..., None], args: tuple, name: str)
     """Start a child whose SIGINT and SIGTERM are blocked from its first instruction until component_main ignores
     them: the spawning thread blocks both while it forks, and the child inherits the mask across exec, so a
     Ctrl-C to the whole process group while the child still imports cannot kill it. The driver itself loses
-    nothing: the signal goes to another of its threads or waits, pending, until the mask is restored."""
+    nothing: the signal goes to another of its threads or waits, pending, until the mask is restored.
+
+    multiprocessing's resource tracker starts first: a spawn context launches it on its first Process.start() if it
+    is not running, and unblocks SIGINT and SIGTERM in the calling thread once it has, so the run's first child was
+    forked with both unblocked and a Ctrl-C while its interpreter started killed it (a CI run on a loaded machine:
+    "Fatal Python error: init_import_site ... KeyboardInterrupt", the run's exit 1)."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # a no-op once it runs
     process = ctx.Process(target=target, args=args, name=name, daemon=False)
     stop_signals = {signal.SIGINT, signal.SIGTERM}
     before = signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
