@@ -134,7 +134,8 @@ def test_sigint_at_any_moment_of_a_local_run(train_dir: Path, moment: float, mon
 
 def components(run: Run) -> list[psutil.Process]:
     """The run's own children (spawned by start_process), not multiprocessing's resource tracker, which starts
-    with the first shared memory, before the driver catches signals."""
+    with the first shared memory or, at the latest, in start_process before the first child (with the stop signals
+    blocked, multiprocessing's own doing)."""
     found = []
     for p in run.descendants():
         try:
