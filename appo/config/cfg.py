@@ -93,6 +93,11 @@ class LearningCfg:
         "multiplied by 1.5 below half of it, within [--lr_adaptive_min, --lr_adaptive_max])",
     )
     lr_schedule_kl_threshold: float = _f(0.008, "the KL target of --lr_schedule=kl_adaptive_*")
+    lr_schedule_kl_threshold_final: float = _f(
+        0.0,
+        "where > 0: the KL target of --lr_schedule=kl_adaptive_* goes linearly from --lr_schedule_kl_threshold to "
+        "this over the run's budget (whichever of env steps, seconds, iterations ends it); 0: the target stays",
+    )
     lr_adaptive_min: float = _f(1e-6, "the lowest learning rate of --lr_schedule=kl_adaptive_*")
     lr_adaptive_max: float = _f(1e-2, "the highest learning rate of --lr_schedule=kl_adaptive_*")
     adam_eps: float = _f(1e-6, "Adam epsilon")

@@ -87,6 +87,11 @@ def _lr_schedule(cfg: Cfg) -> list[str]:
             f"--learning_rate={cfg.learning_rate}: with --lr_schedule={cfg.lr_schedule} must lie within "
             f"[--lr_adaptive_min={cfg.lr_adaptive_min}, --lr_adaptive_max={cfg.lr_adaptive_max}]"
         )
+    if cfg.lr_schedule_kl_threshold_final < 0:
+        errors.append(
+            f"--lr_schedule_kl_threshold_final={cfg.lr_schedule_kl_threshold_final}: must be > 0 (the KL target at "
+            "the end of the run) or 0 (the target stays)"
+        )
     if cfg.lr_schedule_kl_threshold <= 0:
         errors.append(f"--lr_schedule_kl_threshold={cfg.lr_schedule_kl_threshold}: must be > 0")
     return errors

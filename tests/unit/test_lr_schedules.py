@@ -73,12 +73,43 @@ def test_a_resumed_learner_goes_on_from_the_rate_it_saved(tmp_path):
     assert train_once(resumed, 2)["learning_rate"] == pytest.approx(saved * 1.5**MINIBATCHES)
 
 
+@pytest.mark.parametrize("final", [0.0, 1e-9])
+def test_a_decaying_kl_target_turns_the_rate_down_as_the_budget_is_spent(tmp_path, final):
+    """--lr_schedule_kl_threshold_final: the target goes from the threshold (here so large that any step is too
+    small) to the final value (so small that any step is too large) as the budget is spent. The first iteration
+    (budget 0) raises the rate each minibatch either way; the second, with the budget spent, lowers it where the
+    target decays and raises it again where it stays."""
+    torch.manual_seed(0)
+    cfg = small_cfg(
+        lr_schedule="kl_adaptive_minibatch",
+        learning_rate=1e-4,
+        lr_schedule_kl_threshold=1e3,
+        lr_schedule_kl_threshold_final=final,
+        train_for_iterations=1,
+    )
+    learner = make_learner(cfg, tmp_path)
+    assert train_once(learner, 1, perturb=0.3)["learning_rate"] == pytest.approx(1e-4 * 1.5**MINIBATCHES)
+    stats = train_once(learner, 2, perturb=0.3)
+    assert stats["approx_kl_before"] > 1e-8, stats
+    expected = 1e-4 if final else 1e-4 * 1.5 ** (2 * MINIBATCHES)
+    assert stats["learning_rate"] == pytest.approx(expected)
+
+
+def test_the_kl_target_is_a_straight_line_over_the_budget():
+    from appo.algorithms.common.lr_schedule import kl_target
+
+    cfg = Cfg(lr_schedule_kl_threshold=0.008, lr_schedule_kl_threshold_final=0.0005)
+    assert [kl_target(cfg, f) for f in (0.0, 0.5, 1.0, 1.7)] == pytest.approx([0.008, 0.00425, 0.0005, 0.0005])
+    assert kl_target(Cfg(lr_schedule_kl_threshold=0.008), 0.9) == 0.008  # no final value: the target stays
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
         ({"lr_schedule": "kl"}, "--lr_schedule=kl: must be one of constant, linear_decay, kl_adaptive_minibatch"),
         ({"lr_schedule": "kl_adaptive_epoch", "learning_rate": 0.1}, "--learning_rate=0.1: with --lr_schedule="),
         ({"lr_schedule_kl_threshold": 0.0}, "--lr_schedule_kl_threshold=0.0: must be > 0"),
+        ({"lr_schedule_kl_threshold_final": -0.1}, "--lr_schedule_kl_threshold_final=-0.1: must be > 0"),
     ],
 )
 def test_bad_schedule_flags_are_named(flags, expected):

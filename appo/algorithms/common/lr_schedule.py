@@ -2,7 +2,9 @@
 adaptive scheduler and Sample Factory's kl_adaptive_* schedules): after each minibatch (or epoch) the rate is divided
 by 1.5 when the policy moved more than twice the KL target (--lr_schedule_kl_threshold) away from the one that
 collected the batch, multiplied by 1.5 when it moved less than half of it, and kept within [--lr_adaptive_min,
---lr_adaptive_max]. The rate is part of the learner's state: a resumed run goes on from the rate it had. It starts
+--lr_adaptive_max]. With --lr_schedule_kl_threshold_final > 0 the target itself goes linearly from the threshold to
+that value over the run's budget, so the rate falls toward the end of a run as a linear decay's does.
+The rate is part of the learner's state: a resumed run goes on from the rate it had. It starts
 from --learning_rate, and starts again from it when PBT sets another."""
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ class KlAdaptiveRate:
             self.lr = self.start = float(cfg.learning_rate)
         return self.lr
 
-    def update(self, kl: float, cfg: Any) -> float:
-        target = cfg.lr_schedule_kl_threshold
+    def update(self, kl: float, cfg: Any, budget_used: float = 0.0) -> float:
+        """The next steps' rate after a minibatch or epoch whose mean approximate KL is `kl`, with `budget_used` of
+        the run's budget spent (0 to 1)."""
+        target = kl_target(cfg, budget_used)
         if kl > 2.0 * target:
             self.lr = max(self.lr / FACTOR, cfg.lr_adaptive_min)
         elif kl < 0.5 * target:
@@ -36,3 +40,12 @@ class KlAdaptiveRate:
 
     def load(self, state: dict[str, float]) -> None:
         self.lr, self.start = float(state["lr"]), float(state["start"])
+
+
+def kl_target(cfg: Any, budget_used: float) -> float:
+    """The KL target with `budget_used` of the run's budget spent: --lr_schedule_kl_threshold, or where
+    --lr_schedule_kl_threshold_final is set, the straight line from it to that final value."""
+    start, final = cfg.lr_schedule_kl_threshold, cfg.lr_schedule_kl_threshold_final
+    if final <= 0:
+        return start
+    return start + (final - start) * min(max(budget_used, 0.0), 1.0)

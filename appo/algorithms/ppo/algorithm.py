@@ -172,7 +172,7 @@ class PPO(Algorithm):
         kl = self.ranks.sum_stats({"kl": sum(kls) / max(len(kls), 1)})["kl"]
         if not kls:  # every step of the epoch skipped (non-finite): the rate stays
             return self.adaptive.lr
-        lr = self.adaptive.update(kl, self.cfg)
+        lr = self.adaptive.update(kl, self.cfg, self.budget_used)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
