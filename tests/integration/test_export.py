@@ -23,9 +23,9 @@ import torch
 
 import appo
 from appo.learning.checkpoint import load_latest
+from tests.conftest import ROOT
 from tests.integration.test_serial_determinism import SMALL as SERIAL_SMALL
 
-ROOT = Path(__file__).resolve().parents[2]
 # The serial determinism test's small runs: five iterations of 128 env steps.
 SMALL = {**SERIAL_SMALL, "seed": 3, "train_for_env_steps": 640}
 PENDULUM = {"env": "Pendulum-v1", "max_episode_steps": 50}  # 200 steps: four episodes, three boundaries

@@ -8,16 +8,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import psutil
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from appo.api import load_policy
-from tests.conftest import _kill_group, ignore_sigint, spawn
+from tests.conftest import ROOT, _kill_group, ignore_sigint, spawn
 
-ROOT = Path(__file__).resolve().parents[2]
 SUITE = [sys.executable, "benchmarks/learning_suite.py"]
 
 

@@ -15,8 +15,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envs.presets import env_preset
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 # Long enough that a slow or loaded machine, whose start-up (MuJoCo, the processes) took over 15 s of a 20 s budget
 # in CI, still trains several iterations inside it.
 SECONDS = 45.0

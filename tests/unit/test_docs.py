@@ -5,9 +5,9 @@ is not part of the project (the docs must stand on their own)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
+
 PACKAGES = ("appo", "envs", "utils")
 
 

@@ -21,8 +21,8 @@ from appo.inference.policy_file import PolicyFileError, read_policy_file, write_
 from appo.models.numpy_ops import numpy_description
 from appo.models.registry import make_model
 from appo.protocol.buffers import rnn_state_size
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 OBS = gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 DISCRETE = gym.spaces.Discrete(4)

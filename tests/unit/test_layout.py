@@ -9,7 +9,8 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
+
 PACKAGES = ("appo", "envs", "utils")
 MAX_LINES = 400
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+# Its own ROOT, not conftest's: the probe's children import this module, and conftest would bring pytest and its
+# SIGINT handling into them.
 ROOT = Path(__file__).resolve().parents[2]
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
