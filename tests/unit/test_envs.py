@@ -283,6 +283,14 @@ def test_presets() -> None:
     long = {"env": "Walker2d-v5", "train_for_env_steps": 10_000_000}
     cfg = merge_cfg(long, None)
     assert (cfg.initial_log_std, cfg.num_epochs, cfg.batch_size, cfg.learning_rate) == (0.0, 2, 1024, 0.00295)
+    # ... and the KL-adaptive rate with a falling KL target (sessions 31-32); a flag still picks another schedule
+    assert (cfg.lr_schedule, cfg.lr_schedule_kl_threshold, cfg.lr_schedule_kl_threshold_final) == (
+        "kl_adaptive_minibatch",
+        0.008,
+        0.0005,
+    )
+    assert merge_cfg(long | {"lr_schedule": "linear_decay"}, None).lr_schedule == "linear_decay"
+    assert merge_cfg({"env": "Walker2d-v5", "train_for_env_steps": 1_000_000}, None).lr_schedule == "linear_decay"
     assert merge_cfg(long | {"num_epochs": 5}, None).num_epochs == 5
     assert merge_cfg({"env": "Walker2d-v5"}, {"env": "Walker2d-v5", "train_for_env_steps": 10_000_000}).num_epochs == 2
     assert merge_cfg({"env": "Walker2d-v5", "train_for_env_steps": 4_999_999}, None).num_epochs == 10
