@@ -26,6 +26,7 @@ setup(
         "test": [
             "pytest>=7",
             "pytest-timeout>=2.1",
+            "pytest-xdist>=3.5",  # README's test command runs the suite in two workers (-n 2)
             "ruff>=0.5",
             "setuptools>=70.1",
         ],  # setuptools: the wheel test builds one

@@ -1,12 +1,19 @@
 """Shared fixtures: a temporary train_dir, a helper that runs train_appo.py as a real subprocess, and an
-autouse check that no test leaves child processes or shared-memory files behind."""
+autouse check that no test leaves child processes or shared-memory files behind.
+
+The suite runs in two pytest-xdist workers (README's test command, `-n 2`): /dev/shm is the machine's, so a leak is
+a new entry that no live process holds once the test's own processes are gone (the other worker's running test
+holds its entries mapped or open); tests that look at machine-wide state (Ray's processes) share an xdist group
+and so run one after another (`pytest_collection_modifyitems` below)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +37,38 @@ def _shm_entries() -> set[str]:
         return set()
 
 
+def _shm_held(names: set[str]) -> set[str]:
+    """Those of the /dev/shm entries `names` that some live process maps (a named semaphore, an mmapped file) or
+    holds open. Matched by inode: glibc's sem_open maps a temporary file that it then links under the name."""
+    inodes = {}
+    for name in names:
+        try:
+            inodes[os.stat(f"/dev/shm/{name}").st_ino] = name
+        except OSError:
+            continue
+    held = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    fields = line.split(maxsplit=5)
+                    if len(fields) == 6 and fields[5].startswith("/dev/shm/") and int(fields[4]) in inodes:
+                        held.add(inodes[int(fields[4])])
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                ino = os.stat(f"/proc/{pid}/fd/{fd}").st_ino
+                if ino in inodes:
+                    held.add(inodes[ino])
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return held
+
+
+def _leaked(before: set[str]) -> set[str]:
+    """New /dev/shm entries that no live process holds: left behind, not in use beside this test."""
+    new = _shm_entries() - before
+    return new - _shm_held(new) if new else new
+
+
 def live_children() -> list[psutil.Process]:
     """Children of this test runner, less Python's own resource tracker (it lives as long as pytest)."""
     out = []
@@ -42,8 +81,26 @@ def live_children() -> list[psutil.Process]:
     return out
 
 
+@pytest.fixture
+def turn(request: pytest.FixtureRequest):
+    """Under pytest-xdist, a test marked `alone` runs with the other worker idle: it holds an exclusive lock on a
+    file shared by the run's workers, every other test a shared one. For tests whose timing is the behaviour under
+    test (a worker declared stuck after N silent seconds, a start-up allowance): a second test beside them on a
+    2-core machine would halve their processes' share of the CPU."""
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if uid is None:  # one process: every test runs alone already
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / f"appo-tests-{uid}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if request.node.get_closest_marker("alone") else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture(autouse=True)
-def no_leftovers():
+def no_leftovers(turn):
     """After each test: no child processes of this test runner, no new /dev/shm entries."""
     before = _shm_entries()
     yield
@@ -57,10 +114,10 @@ def no_leftovers():
         child.kill()
     assert not leftover, f"test left child processes behind: {leftover}"
     # Python's resource tracker unlinks a dead driver's semaphores a moment after it exits: give it time.
-    leaked = _shm_entries() - before
+    leaked = _leaked(before)
     while leaked and time.monotonic() < deadline + 5:
         time.sleep(0.2)
-        leaked = _shm_entries() - before
+        leaked = _leaked(before)
     assert not leaked, f"test left shared memory behind: {sorted(leaked)}"
 
 
@@ -138,3 +195,15 @@ def run_script(script: str, args: list[str], timeout: float = 150, check: bool =
     if check:
         assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{out[-4000:]}"
     return result
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first, so that neither xdist worker is left with a long test at the end while the other idles: the
+    learning tests (marked slow, minutes each), then the integration tests (real runs), then the unit tests."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow"):
+            return 0
+        return 1 if "/integration/" in str(item.path) else 2
+
+    items.sort(key=rank)

@@ -66,6 +66,9 @@ def test_readme_has_the_two_setup_commands_first():
     assert "'.[test,ray,onnx,wandb,box2d]'" in (ROOT / ".ci" / "run").read_text()
 
 
+# In pytest-xdist's group "ray" (tests/support/ray_cluster.py): README's Ray commands start Ray, and the
+# `--ray_address=auto` ones would join whichever Ray instance another test had running.
+@pytest.mark.xdist_group("ray")
 @pytest.mark.timeout(900)
 def test_every_readme_command_runs(tmp_path):
     commands = readme_commands()

@@ -10,7 +10,14 @@ import psutil
 import pytest
 
 # Not imported here: Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER (loopback addresses) when first imported.
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs pip install -e '.[ray]'")
+_skip_without_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs pip install -e '.[ray]'")
+
+
+def needs_ray(test):
+    """A Ray test: skipped without Ray, and in pytest-xdist's group "ray": Ray tests run one after another in one
+    worker, as each checks that no Ray process is left on the machine (`ray_processes`) when it ends."""
+    return pytest.mark.xdist_group("ray")(_skip_without_ray(test))
+
 
 OBJECT_STORE = 100 * 2**20
 
