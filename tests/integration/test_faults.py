@@ -176,6 +176,9 @@ def test_env_failing_every_step_fails_the_run_clearly(train_dir):
     assert "failed 4 times in a row (--max_env_errors=3); last error: ValueError: broken env" in result.stdout
 
 
+# Alone (tests/conftest.py, `turn`): the engine sizes its start allowances by its own processes over the machine's
+# cores; a test beside it in the other xdist worker would take a share of the cores it does not know about.
+@pytest.mark.alone
 @pytest.mark.parametrize(
     ("env", "timeout_flag", "replaced", "seconds"),
     [
@@ -198,6 +201,7 @@ def test_hanging_env_worker_is_replaced(train_dir, tmp_path, env, timeout_flag, 
     assert re.search(rf"actor_worker_\d {replaced}: starting it again", text), text[-2000:]
 
 
+@pytest.mark.alone  # as above
 def test_a_slow_start_is_not_a_hang(train_dir):
     """Issue 34: on a slow machine no actor worker of the design card's command sent a first heartbeat within
     --worker_start_timeout, so all were restarted, again and again, and the run trained nothing. Workers whose envs
