@@ -30,7 +30,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _shm_entries() -> set[str]:
+def shm_entries() -> set[str]:
     try:
         return set(os.listdir("/dev/shm"))
     except FileNotFoundError:
@@ -63,9 +63,9 @@ def _shm_held(names: set[str]) -> set[str]:
     return held
 
 
-def _leaked(before: set[str]) -> set[str]:
+def shm_leaked(before: set[str]) -> set[str]:
     """New /dev/shm entries that no live process holds: left behind, not in use beside this test."""
-    new = _shm_entries() - before
+    new = shm_entries() - before
     return new - _shm_held(new) if new else new
 
 
@@ -102,7 +102,7 @@ def turn(request: pytest.FixtureRequest):
 @pytest.fixture(autouse=True)
 def no_leftovers(turn):
     """After each test: no child processes of this test runner, no new /dev/shm entries."""
-    before = _shm_entries()
+    before = shm_entries()
     yield
     deadline = time.monotonic() + 10
     children = live_children()
@@ -114,10 +114,10 @@ def no_leftovers(turn):
         child.kill()
     assert not leftover, f"test left child processes behind: {leftover}"
     # Python's resource tracker unlinks a dead driver's semaphores a moment after it exits: give it time.
-    leaked = _leaked(before)
+    leaked = shm_leaked(before)
     while leaked and time.monotonic() < deadline + 5:
         time.sleep(0.2)
-        leaked = _leaked(before)
+        leaked = shm_leaked(before)
     assert not leaked, f"test left shared memory behind: {sorted(leaked)}"
 
 
