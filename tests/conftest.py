@@ -3,8 +3,9 @@ autouse check that no test leaves child processes or shared-memory files behind.
 
 The suite runs in two pytest-xdist workers (README's test command, `-n 2`): /dev/shm is the machine's, so a leak is
 a new entry that no live process holds once the test's own processes are gone (the other worker's running test
-holds its entries mapped or open); tests that look at machine-wide state (Ray's processes) share an xdist group
-and so run one after another (`pytest_collection_modifyitems` below)."""
+holds its entries mapped or open). Tests that look at machine-wide state (Ray's processes) share the xdist group
+"ray" (tests/support/ray_cluster.py's `needs_ray`) and so run one after another; tests marked `alone` run with the
+other worker waiting (`turn` below)."""
 
 from __future__ import annotations
 
