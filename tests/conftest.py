@@ -82,17 +82,31 @@ def live_children() -> list[psutil.Process]:
     return out
 
 
+def _turn_lock() -> Path | None:
+    """The lock file `turn` shares between the workers of one xdist run (None outside xdist)."""
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    return None if uid is None else Path(tempfile.gettempdir()) / f"appo-tests-{uid}.lock"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Each worker removes the run's lock file as it finishes: a worker still running opens a new one for its next
+    test, which it then removes in turn, so none is left in the temporary folder."""
+    lock_path = _turn_lock()
+    if lock_path is not None:
+        lock_path.unlink(missing_ok=True)
+
+
 @pytest.fixture
 def turn(request: pytest.FixtureRequest):
     """Under pytest-xdist, a test marked `alone` runs with the other worker idle: it holds an exclusive lock on a
     file shared by the run's workers, every other test a shared one. For tests whose timing is the behaviour under
     test (a worker declared stuck after N silent seconds, a start-up allowance): a second test beside them on a
     2-core machine would halve their processes' share of the CPU."""
-    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if uid is None:  # one process: every test runs alone already
+    lock_path = _turn_lock()
+    if lock_path is None:  # one process: every test runs alone already
         yield
         return
-    with open(Path(tempfile.gettempdir()) / f"appo-tests-{uid}.lock", "a") as lock:
+    with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if request.node.get_closest_marker("alone") else fcntl.LOCK_SH)
         try:
             yield
