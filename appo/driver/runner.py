@@ -25,6 +25,7 @@ from appo.config.cfg import Cfg, cfg_to_dict, experiment_dir
 from appo.config.derive import derive, resolve_device
 from appo.config.verify import verify_or_exit
 from appo.driver.pbt_controller import PbtController
+from appo.driver.run_lock import hold_run_dir, released_at_end
 from appo.driver.stats import Stats, SummaryWriters, eval_line
 from appo.models.registry import make_model
 from appo.protocol.buffers import allocate_control, allocate_trajectories, shared_bytes
@@ -184,6 +185,7 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int]:
     check_checkpoints(cfg, spaces)
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
+    hold_run_dir(exp_dir)  # one driver per run directory (appo/driver/run_lock.py): released as run() returns
     write_text_atomic(cfg_path(exp_dir), json.dumps(cfg_to_dict(cfg), indent=2) + "\n")
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "driver"))
@@ -235,7 +237,13 @@ def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], shm: str = "/dev/shm"
 
 
 def run(cfg: Cfg) -> int:
-    """Train until a stop criterion; returns the process exit status."""
+    """Train until a stop criterion; returns the process exit status. The run directory is this run's alone until
+    then (a second driver on it exits 2)."""
+    with released_at_end():
+        return _train(cfg)
+
+
+def _train(cfg: Cfg) -> int:
     run_loop = algorithm_spec(cfg.algo).run_loop if cfg.algo in ALGORITHMS else ""
     if run_loop:  # an algorithm with a loop of its own (MAML's synchronous meta-iterations)
         verify_or_exit(cfg)
@@ -243,15 +251,8 @@ def run(cfg: Cfg) -> int:
     exp_dir, spaces, derived, num_tasks = prepare(cfg)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg)
-    log.info(
-        "experiment %s: env %s, algo %s, %d workers x %d envs, device %s",
-        cfg.experiment,
-        cfg.env,
-        cfg.algo,
-        cfg.num_workers,
-        cfg.num_envs_per_worker,
-        device,
-    )
+    what = (cfg.experiment, cfg.env, cfg.algo, cfg.num_workers, cfg.num_envs_per_worker, device)
+    log.info("experiment %s: env %s, algo %s, %d workers x %d envs, device %s", *what)
     buffers = allocate_trajectories(cfg, derived, *spaces)
     control = allocate_control(cfg, derived)
     backend = backend_class(cfg)(cfg, derived, exp_dir, spaces, device, buffers, control)
