@@ -133,7 +133,9 @@ def train_row(args: argparse.Namespace, extra: list[str]) -> int:
     flags = [f"--num_test_tasks={args.tasks}", f"--train_for_seconds={args.minutes * 60}"]
     flags += [*MAML_FLAGS, f"--fast_batch_size={n}"] if maml else [f"--episodes_per_trial={n}"]
     flags += [f"--num_arms={k}"] if env in BANDITS else []
-    runs = run_all([(env, s) for s in args.seeds], 10**12, args.out / args.algo, flags + extra, args.parallel)
+    # A folder per row: two rows side by side (or one after the other) must not share (or resume) each other's runs.
+    folder = args.out / args.algo / args.train.replace(":", "_")
+    runs = run_all([(env, s) for s in args.seeds], 10**12, folder, flags + extra, args.parallel)
     paper_rl2 = {"bandit": PAPER_BANDITS.get((n, k), (None,) * 5), "tabular_mdp": PAPER_MDPS.get(n, (None,) * 4)}
     paper = paper_rl2.get(env, (None,))[-1]  # the paper has no Gaussian bandits
     name = "MAML-TRPO (N x episode return before / after adapting on N episodes)" if maml else "RL^2-APPO"
