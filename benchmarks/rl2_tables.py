@@ -20,7 +20,8 @@ last 3 meta-tests) and deterministic, beside the baselines computed on the same 
 RL^2, with env steps and wall time; then the medians over seeds.
 
 With `--algo maml_trpo` it trains MAML-TRPO on the row instead (the bandit settings of pytorch-maml-rl and DH-MAML,
-MAML_FLAGS: a [32, 32] relu MLP, gamma 0.95, fast_lr 0.5, 20 tasks a meta-batch), adapting on one trial's worth of
+MAML_FLAGS: a [32, 32] relu MLP, gamma 0.95, fast_lr 0.5, 20 tasks a meta-batch; on the bandits a tenth of their
+TRPO step, MAML_BANDIT_FLAGS), adapting on one trial's worth of
 experience (`--fast_batch_size=N` episodes: N pulls, or N episodes of an MDP), and prints N times its mean episode
 return on the held-out tasks before and after the adaptation step (`meta_test/return_step0`, `..._step1`: sampled
 actions; the mean of its last 3 meta-tests): what a trial of N episodes would pay if every episode paid what one
@@ -119,6 +120,11 @@ MAML_FLAGS = [
     "--meta_test_steps=1",
     "--meta_test_interval=25",
 ]
+# On the bandits pytorch-maml-rl's TRPO step (max_kl 0.01) lets the meta-policy collapse onto one arm (its policy
+# gradient then vanishes); a tenth of it keeps adapting: medians of 3 seeds after adapting 6.04 / 74.52 / 81.58 on
+# n=10,k=5 / n=100,k=5 / n=100,k=10, against 5.18 / 59.37 / 58.31 (docs/benchmarks.md, sessions 25, 26 and 35).
+# The MDP row did not collapse and keeps pytorch-maml-rl's step.
+MAML_BANDIT_FLAGS = ["--max_kl=0.001"]
 
 
 def train_row(args: argparse.Namespace, extra: list[str]) -> int:
@@ -132,6 +138,7 @@ def train_row(args: argparse.Namespace, extra: list[str]) -> int:
     maml = args.algo == "maml_trpo"
     flags = [f"--num_test_tasks={args.tasks}", f"--train_for_seconds={args.minutes * 60}"]
     flags += [*MAML_FLAGS, f"--fast_batch_size={n}"] if maml else [f"--episodes_per_trial={n}"]
+    flags += MAML_BANDIT_FLAGS if maml and env in BANDITS else []
     flags += [f"--num_arms={k}"] if env in BANDITS else []
     # A folder per row: two rows side by side (or one after the other) must not share (or resume) each other's runs.
     folder = args.out / args.algo / args.train.replace(":", "_")
