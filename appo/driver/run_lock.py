@@ -29,7 +29,7 @@ def hold_run_dir(exp_dir: Path) -> None:
     exp_dir = Path(exp_dir).resolve()
     if exp_dir in _held:
         return
-    lock = open(exp_dir / LOCK_NAME, "a+")  # noqa: SIM115 - open for as long as the run: released by release()
+    lock = open(exp_dir / LOCK_NAME, "a+")  # noqa: SIM115 - open for as long as the run: closed by released_at_end
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
