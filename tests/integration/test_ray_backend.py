@@ -18,7 +18,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import ROOT, _kill_group
-from tests.support.ray_cluster import needs_ray, ray_processes
+from tests.support.ray_cluster import RayWatch, needs_ray
 
 CARTPOLE = [
     "--env=CartPole-v1",
@@ -153,15 +153,15 @@ def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
 def test_private_ray_run_replaces_a_hung_actor_and_stops_on_sigterm_within_15_s(train_dir, tmp_path):
     """One run on a private Ray instance: an env hangs in step once (tests/support/faulty_envs.py), its actor is
     killed after --worker_stuck_timeout and comes back; then SIGTERM."""
-    before = ray_processes()
+    ray = RayWatch()  # this run's Ray processes, not another test's
     flags = [*CARTPOLE[1:], "--env=tests.support.faulty_envs:HangOnceEnv", "--worker_stuck_timeout=4"]
     flags += ["--save_every_sec=1000", "--train_for_env_steps=100000000"]
-    with Run(train_dir, flags, env={"APPO_TEST_HANG_FLAG": str(tmp_path / "hung")}) as run:
+    with Run(train_dir, flags, env={"APPO_TEST_HANG_FLAG": str(tmp_path / "hung"), **ray.env}) as run:
         run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
         run.wait_for(r"actor_worker_\d: no answer for \d+ s; killing it", timeout=60)
         run.wait_for(r"actor worker \d \(incarnation 1\)", timeout=60)
         assert (tmp_path / "hung").is_file()
-        assert ray_processes() - before, "no Ray process seen while the run trains"
+        assert ray.look(), "no Ray process of the run seen while it trains"
         os.kill(run.proc.pid, signal.SIGTERM)
         began = time.monotonic()
         status = run.finish(timeout=15)
@@ -171,7 +171,7 @@ def test_private_ray_run_replaces_a_hung_actor_and_stops_on_sigterm_within_15_s(
     checkpoints = list((train_dir / "run" / "checkpoint_p0").glob("checkpoint_*.pth"))
     assert checkpoints, "no checkpoint written at SIGTERM"
     deadline = time.monotonic() + 5
-    while (left := ray_processes() - before) and time.monotonic() < deadline:
+    while (left := ray.alive()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"Ray processes left: {left}"
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import _kill_group, shm_entries, shm_leaked
 from tests.integration.test_faults import start
-from tests.support.ray_cluster import needs_ray, ray_processes
+from tests.support.ray_cluster import RayWatch, needs_ray
 
 EXIT_WITHIN = 15.0
 RUN = [
@@ -31,23 +31,11 @@ RUN = [
 ]
 
 
-def describe(pids: set[int]) -> list[str]:
-    """Pid, age and command line of each of these processes still alive."""
-    out = []
-    for pid in sorted(pids):
-        try:
-            p = psutil.Process(pid)
-            out.append(f"{pid} ({time.time() - p.create_time():.0f} s old) {' '.join(p.cmdline())[:100]}")
-        except psutil.Error:
-            continue
-    return out
-
-
 class Run:
     """train_appo.py in a session of its own, its output read line by line as it comes."""
 
-    def __init__(self, args: list[str], preexec_fn: Any = None) -> None:
-        self.proc = start(args, preexec_fn=preexec_fn)  # train_appo.py in a session of its own, output piped
+    def __init__(self, args: list[str], preexec_fn: Any = None, env: dict[str, str] | None = None) -> None:
+        self.proc = start(args, env=env, preexec_fn=preexec_fn)  # train_appo.py in a session of its own, output piped
         self.started = time.monotonic()
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -107,14 +95,16 @@ class Run:
 def interrupt_at(args: list[str], moment: float | str, timeout: float = 120.0, group: bool = False) -> int:
     """Start a run, SIGINT it `moment` seconds after its start (or once a line holding `moment` is printed), and
     check what a user would: a prompt exit, nothing left behind. Returns the run's exit status."""
-    shm_before, ray_before = shm_entries(), ray_processes()
-    run = Run(args)
+    shm_before, ray = shm_entries(), RayWatch()  # the run's own Ray processes, not another test's
+    run = Run(args, env=ray.env)
     try:
         if isinstance(moment, str):
             assert run.wait_for(moment, timeout), f"never printed {moment!r}:\n{run.output()}"
         else:
             time.sleep(max(0.0, moment - (time.monotonic() - run.started)))
         assert run.proc.poll() is None, f"the run ended before the signal:\n{run.output()}"
+        if "ray: private instance" in run.output():
+            assert ray.look(), f"the run's Ray is up, yet none of its processes was found:\n{run.output()}"
         took, left = run.interrupt(group)
     finally:
         if run.proc.poll() is None:
@@ -123,11 +113,10 @@ def interrupt_at(args: list[str], moment: float | str, timeout: float = 120.0, g
     assert not left, f"left behind after SIGINT at {moment}: {left}\n{run.output()}"
     # Ray's workers exit when they find their raylet gone: 30 s for that, and the stragglers named if they stay.
     deadline = time.monotonic() + 30
-    while (shm_leaked(shm_before) or ray_processes() - ray_before) and time.monotonic() < deadline:
+    while (shm_leaked(shm_before) or ray.alive()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not (leaked := shm_leaked(shm_before)), f"/dev/shm after SIGINT at {moment}: {sorted(leaked)}"
-    left = describe(ray_processes() - ray_before)
-    assert not left, f"Ray processes 30 s after SIGINT at {moment}: {left}\n{run.output()}"
+    assert not (left := ray.alive()), f"Ray processes 30 s after SIGINT at {moment}: {left}\n{run.output()}"
     return run.proc.returncode
 
 

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, _kill_group, ignore_sigint, spawn
-from tests.support.ray_cluster import needs_ray, ray_processes
+from tests.support.ray_cluster import TAG, RayWatch, needs_ray
 
 RUN_FLAGS = ["--env=CartPole-v1", "--train_for_env_steps=2048", "--num_workers=1", "--num_envs_per_worker=4"]
 RUN_FLAGS += ["--rollout=16", "--batch_size=256", "--report_interval=1"]
@@ -111,11 +111,12 @@ def runs_of(experiments: list[str]) -> list[psutil.Process]:
 
 @needs_ray
 @pytest.mark.timeout(150)
-def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(train_dir):
+def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(train_dir, monkeypatch):
     # Started as `nohup python -m appo.sweep ... &` would be, with SIGINT ignored: before the sweep took SIGINT back
     # ahead of Ray, its Ray workers inherited it ignored, ray.cancel could not interrupt a run's task and both runs
     # trained on after the sweep had stopped (CI, session 24).
-    before = ray_processes()
+    ray = RayWatch()  # the sweep's Ray processes, not another test's
+    monkeypatch.setenv(TAG, ray.tag)
     grid = {"seed": [0, 1]}
     flags = [*RUN_FLAGS[1:], "--train_for_env_steps=100000000", "--save_every_sec=1000"]
     args = ["--grid", json.dumps(grid), "--max_parallel=2", "--name=s", f"--train_dir={train_dir}", "--backend=ray"]
@@ -132,6 +133,7 @@ def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(tr
         while not runs_of(names) and time.monotonic() < seen:
             time.sleep(0.2)
         assert runs_of(names), "no run process seen"
+        assert ray.look(), "no Ray process of the sweep seen"
         os.kill(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -143,6 +145,6 @@ def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(tr
         checkpoints = list((train_dir / "s" / f"seed={seed}" / "checkpoint_p0").glob("checkpoint_*.pth"))
         assert checkpoints, f"seed {seed}: no checkpoint written when stopped\n{out[-3000:]}"
     deadline = time.monotonic() + 10
-    while (left := (ray_processes() - before) | {p.pid for p in runs_of(names)}) and time.monotonic() < deadline:
+    while (left := ray.alive() + [str(p.pid) for p in runs_of(names)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"processes left: {left}"

@@ -1,9 +1,12 @@
 """Ray test helpers: a skip mark when Ray is not installed, Ray's own multi-node simulation as a fixture
-(ray.cluster_utils.Cluster: a head and a worker node on loopback), and Ray's processes on this machine."""
+(ray.cluster_utils.Cluster: a head and a worker node on loopback), and Ray's processes on this machine: all of them,
+or those of one run (`RayWatch`)."""
 
 from __future__ import annotations
 
 import importlib.util
+import time
+import uuid
 from collections.abc import Iterator
 
 import psutil
@@ -49,3 +52,40 @@ def ray_processes() -> set[int]:
         if "site-packages/ray" in cmdline or any(cmdline.startswith(n) for n in names):
             out.add(p.info["pid"])
     return out
+
+
+TAG = "APPO_TEST_RAY_TAG"
+
+
+class RayWatch:
+    """The Ray processes one run starts, told from any other test's or program's on the machine: the run is started
+    with `env` (a tag of its own in its environment, which Ray's GCS, raylet and workers inherit); `look` notes each
+    Ray process holding the tag and its descendants (Ray's agents, children of the raylet, get an environment of
+    their own), so look while the run's Ray is up; `alive` is what of them still runs."""
+
+    def __init__(self) -> None:
+        self.tag = uuid.uuid4().hex
+        self.env = {TAG: self.tag}
+        self.seen: set[psutil.Process] = set()
+
+    def look(self) -> set[psutil.Process]:
+        for pid in ray_processes():
+            try:
+                p = psutil.Process(pid)
+                if p.environ().get(TAG) == self.tag:
+                    self.seen |= {p, *p.children(recursive=True)}
+            except psutil.Error:
+                continue
+        return self.seen
+
+    def alive(self) -> list[str]:
+        """Pid, age and command line of each of the run's Ray processes still running."""
+        self.look()
+        out = []
+        for p in sorted(self.seen, key=lambda p: p.pid):
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(f"{p.pid} ({time.time() - p.create_time():.0f} s old) {' '.join(p.cmdline())[:100]}")
+            except psutil.Error:
+                continue
+        return out
