@@ -5,10 +5,12 @@ collected the batch, multiplied by 1.5 when it moved less than half of it, and k
 --lr_adaptive_max]. With --lr_schedule_kl_threshold_final > 0 the target itself goes linearly from the threshold to
 that value over the run's budget, so the rate falls toward the end of a run as a linear decay's does.
 The rate is part of the learner's state: a resumed run goes on from the rate it had. It starts
-from --learning_rate, and starts again from it when PBT sets another."""
+from --learning_rate, and starts again from it when PBT sets another.
+Also on the budget's clock: --std_ceiling_final's ceiling on a Gaussian policy's log-std (`log_std_ceiling`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 FACTOR = 1.5
@@ -49,3 +51,13 @@ def kl_target(cfg: Any, budget_used: float) -> float:
     if final <= 0:
         return start
     return start + (final - start) * min(max(budget_used, 0.0), 1.0)
+
+
+def log_std_ceiling(cfg: Any, budget_used: float) -> float | None:
+    """The highest log-std a Gaussian policy may have with `budget_used` of the run's budget spent: the straight
+    line from --initial_log_std to log(--std_ceiling_final); None where that flag is 0 (no ceiling)."""
+    final = cfg.std_ceiling_final
+    if final <= 0:
+        return None
+    start = cfg.initial_log_std
+    return start + (math.log(final) - start) * min(max(budget_used, 0.0), 1.0)

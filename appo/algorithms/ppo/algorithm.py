@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
-from appo.algorithms.common.lr_schedule import KlAdaptiveRate
+from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_ceiling
 from appo.algorithms.common.returns import gae, vtrace
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
@@ -114,6 +114,10 @@ class PPO(Algorithm):
         if probe is not None:
             stats |= _read_diagnostics(self.ranks.sum_stats(diagnostics))
         if model.log_std is not None:
+            ceiling = log_std_ceiling(cfg, self.budget_used)
+            if ceiling is not None:  # the same on every rank: each rank's copy of the weights stays the same
+                with torch.no_grad():
+                    model.log_std.clamp_(max=ceiling)
             stats["std"] = float(model.log_std.detach().exp().mean())
         return stats
 

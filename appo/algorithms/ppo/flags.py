@@ -26,6 +26,12 @@ class PpoCfg:
         0.0,
         "weight of a KL(current || before the iteration) loss on the policy (Sample Factory's MuJoCo setting: 0.1)",
     )
+    std_ceiling_final: float = flag(
+        0.0,
+        "where > 0: a ceiling on the Gaussian policy's std that falls log-linearly from exp(--initial_log_std) to this "
+        "over the run's budget (whichever of env steps, seconds, iterations ends it); below it the std is learned as "
+        "before. 0: no ceiling",
+    )
     bounds_loss_coeff: float = flag(
         0.0, "weight of a penalty on Gaussian means outside the action box (squared excess in half-ranges)"
     )
@@ -51,6 +57,8 @@ def verify_ppo(cfg: object) -> list[str]:
         errors.append(f"--gae_lambda={cfg.gae_lambda}: must be in [0, 1]")  # type: ignore[attr-defined]
     if cfg.exploration_schedule not in ("constant", "linear_decay"):  # type: ignore[attr-defined]
         errors.append(f"--exploration_schedule={cfg.exploration_schedule}: must be constant or linear_decay")  # type: ignore[attr-defined]
+    if cfg.std_ceiling_final < 0:  # type: ignore[attr-defined]
+        errors.append(f"--std_ceiling_final={cfg.std_ceiling_final}: must be >= 0 (0: no ceiling)")  # type: ignore[attr-defined]
     if cfg.kl_loss_coeff < 0:  # type: ignore[attr-defined]
         errors.append(f"--kl_loss_coeff={cfg.kl_loss_coeff}: must be >= 0")  # type: ignore[attr-defined]
     return errors
