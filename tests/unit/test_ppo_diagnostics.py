@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import copy
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
+from appo.algorithms.base import NonFiniteGuard
+from appo.algorithms.ppo.algorithm import PPO
+from appo.config.derive import derive
+from appo.models.registry import make_model
 from tests.unit.test_learner import fill, lambda_returns, make_learner, small_cfg, take_batch
 
 
@@ -42,26 +48,24 @@ def test_explained_variance_matches_its_definition(tmp_path):
     assert stats["explained_variance"] == pytest.approx(expected, abs=1e-5), (stats["explained_variance"], expected)
 
 
-def test_gaussian_policies_report_their_std(tmp_path):
-    import gymnasium as gym
-    import numpy as np
+BOX = (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (2,), np.float32))
 
-    from appo.algorithms.base import NonFiniteGuard
-    from appo.algorithms.ppo.algorithm import PPO
-    from appo.config.derive import derive
-    from appo.models.registry import make_model
 
-    cfg = small_cfg(env="Pendulum-v1", with_vtrace=False, initial_log_std=-0.5)
-    box = (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (1,), np.float32))
-    model = make_model(cfg, *box)
+def gaussian_update(budget_used: float = 0.0, **overrides) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """One PPO iteration of a Gaussian policy (std exp(-0.5) at the start) on a fixed random batch from fixed
+    weights, `budget_used` of the run's budget spent: (the weights after it, its stats)."""
+    torch.manual_seed(0)
+    cfg = small_cfg(env="Pendulum-v1", with_vtrace=False, initial_log_std=-0.5, learning_rate=1e-3, **overrides)
+    model = make_model(cfg, *BOX)
     ppo = PPO(cfg, derive(cfg), model, "cpu", guard=NonFiniteGuard(0))
+    ppo.budget_used = budget_used
     N, T = 4, cfg.rollout
+    g = torch.Generator().manual_seed(1)
     b = {
-        "obs": torch.randn(N, T + 1, 3),
-        "actions": torch.randn(N, T, 1),
-        "log_probs": torch.zeros(N, T),
+        "obs": torch.randn(N, T + 1, 3, generator=g),
+        "actions": torch.randn(N, T, 2, generator=g),
         "values": torch.zeros(N, T),
-        "rewards": torch.randn(N, T),
+        "rewards": torch.randn(N, T, generator=g),
         "dones": torch.zeros(N, T),
         "truncated": torch.zeros(N, T),
         "rnn_states": torch.zeros(N, T + 1, 1),
@@ -69,5 +73,10 @@ def test_gaussian_policies_report_their_std(tmp_path):
     with torch.no_grad():
         b["log_probs"] = model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], T).log_probs
     stats = ppo.update(b, 0)
-    assert stats["std"] == pytest.approx(float(model.log_std.detach().exp().mean()), rel=1e-6)
+    return {name: p.detach().clone() for name, p in model.named_parameters()}, stats
+
+
+def test_gaussian_policies_report_their_std():
+    params, stats = gaussian_update()
+    assert stats["std"] == pytest.approx(float(params["log_std"].exp().mean()), rel=1e-6)
     assert stats["std"] != pytest.approx(float(np.exp(-0.5)), rel=1e-9)  # the update moved it

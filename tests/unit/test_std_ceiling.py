@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import math
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
-from appo.algorithms.base import NonFiniteGuard
 from appo.algorithms.common.lr_schedule import log_std_ceiling
-from appo.algorithms.ppo.algorithm import PPO
-from appo.config.derive import derive
 from appo.config.verify import verify
-from appo.models.registry import make_model
 from tests.unit.test_learner import small_cfg
-
-BOX = (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (2,), np.float32))
+from tests.unit.test_ppo_diagnostics import gaussian_update
 
 
 def test_the_ceiling_runs_from_the_initial_log_std_to_the_final_std_and_stays():
@@ -30,34 +23,10 @@ def test_the_ceiling_runs_from_the_initial_log_std_to_the_final_std_and_stays():
     assert log_std_ceiling(small_cfg(initial_log_std=-0.5), 0.7) is None  # the default, 0: no ceiling
 
 
-def _updated(budget_used: float, **overrides) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-    """One PPO iteration of a Gaussian policy on a fixed random batch, from fixed weights."""
-    torch.manual_seed(0)
-    cfg = small_cfg(env="Pendulum-v1", with_vtrace=False, initial_log_std=-0.5, learning_rate=1e-3, **overrides)
-    model = make_model(cfg, *BOX)
-    ppo = PPO(cfg, derive(cfg), model, "cpu", guard=NonFiniteGuard(0))
-    ppo.budget_used = budget_used
-    N, T = 4, cfg.rollout
-    g = torch.Generator().manual_seed(1)
-    b = {
-        "obs": torch.randn(N, T + 1, 3, generator=g),
-        "actions": torch.randn(N, T, 2, generator=g),
-        "values": torch.zeros(N, T),
-        "rewards": torch.randn(N, T, generator=g),
-        "dones": torch.zeros(N, T),
-        "truncated": torch.zeros(N, T),
-        "rnn_states": torch.zeros(N, T + 1, 1),
-    }
-    with torch.no_grad():
-        b["log_probs"] = model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], T).log_probs
-    stats = ppo.update(b, 0)
-    return {name: p.detach().clone() for name, p in model.named_parameters()}, stats
-
-
 @pytest.mark.parametrize(("budget_used", "ceiling"), [(1.0, math.log(0.05)), (0.5, (-0.5 + math.log(0.05)) / 2)])
 def test_the_std_is_held_under_the_ceiling_and_nothing_else_changes(budget_used, ceiling):
-    free, free_stats = _updated(budget_used)
-    capped, stats = _updated(budget_used, std_ceiling_final=0.05)
+    free, free_stats = gaussian_update(budget_used)
+    capped, stats = gaussian_update(budget_used, std_ceiling_final=0.05)
     assert torch.all(free["log_std"] > ceiling + 0.5)  # one iteration from -0.5 stays near it
     assert torch.allclose(capped["log_std"], torch.full_like(capped["log_std"], ceiling))
     assert stats["std"] == pytest.approx(math.exp(ceiling), rel=1e-5)
