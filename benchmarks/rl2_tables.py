@@ -7,7 +7,9 @@ held-out test tasks a run with `--seed` and `--num_test_tasks=--tasks` meta-test
 no train tasks: the test stream does not depend on the number of train tasks), computes the baselines of
 envs/meta_baselines.py on them (one trial per task) and prints each beside the paper's figure. UCB1 is Auer
 et al.'s with c = sqrt(2) (untuned); Gittins is Brezzi & Lai's approximation with the discount
-1 - 1 / (pulls left): see envs/meta_baselines.py.
+1 - 1 / (pulls left); the MDP rows add two columns the paper lacks: the certainty-equivalent planner (the
+optimal policy of the posterior means, replanned every episode: a model-based agent with a perfect memory of the
+trial) and the oracle told the task: see envs/meta_baselines.py.
 
 With `--train ROW` (bandit:N:K, gaussian_bandit:N:K or mdp:N) it trains RL^2-APPO on that row instead, one run per
 seed, `--parallel` at a time, each for `--minutes` of wall time, with the family's preset (envs/presets.py) and
@@ -73,12 +75,13 @@ def bandit_rows(num_tasks: int, seed: int) -> None:
 
 def mdp_rows(num_tasks: int, seed: int) -> None:
     print("tabular MDPs (10 states, 5 actions, 10-step episodes): ours / paper")
-    print(f"{'n':>4} | {'Random':>14} | {'PSRL':>14} | paper UCRL2 | paper RL^2")
+    print(f"{'n':>4} | {'Random':>14} | {'PSRL':>14} | paper UCRL2 | paper RL^2 | planner | oracle")
     _, tasks = task_split(make_env("tabular_mdp"), 0, num_tasks, seed)
     for n, paper in PAPER_MDPS.items():
         ours = (mb.mdp_random(tasks, n, seed=seed), mb.mdp_psrl(tasks, n, seed=seed))
         cells = " | ".join(f"{o:6.1f} / {p:5.1f}" for o, p in zip(ours, paper, strict=False))
-        print(f"{n:>4} | {cells} | {paper[2]:11.1f} | {paper[3]:.1f}", flush=True)
+        known = f"{mb.mdp_planner(tasks, n, seed=seed):7.1f} | {mb.mdp_oracle(tasks, n, seed=seed):6.1f}"
+        print(f"{n:>4} | {cells} | {paper[2]:11.1f} | {paper[3]:10.1f} | {known}", flush=True)
 
 
 def parse_row(text: str) -> tuple[str, int, int]:
@@ -104,7 +107,8 @@ def baselines(env: str, n: int, k: int, tasks_n: int, seed: int) -> dict[str, fl
         gaussian = env == "gaussian_bandit"
         return {name: f(tasks, n, seed, gaussian) for name, f in (named | {"ucb1": mb.bandit_ucb1}).items()}
     _, tasks = task_split(make_env("tabular_mdp"), 0, tasks_n, seed)
-    return {"random": mb.mdp_random(tasks, n, seed=seed), "psrl": mb.mdp_psrl(tasks, n, seed=seed)}
+    named = {"random": mb.mdp_random, "psrl": mb.mdp_psrl, "planner": mb.mdp_planner, "oracle": mb.mdp_oracle}
+    return {name: f(tasks, n, seed=seed) for name, f in named.items()}
 
 
 # MAML-TRPO on the table rows (--algo maml_trpo): pytorch-maml-rl's and DH-MAML's bandit configuration.

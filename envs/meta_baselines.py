@@ -19,7 +19,11 @@ Tabular MDPs (R[s, a] ~ N(1, 1), rewards N(R, 1), P[s, a] ~ Dirichlet(1), start 
 - `mdp_random`: a uniformly random action at every step.
 - `mdp_psrl`: posterior sampling (Osband et al. 2013): at the start of each episode draw R from its posterior
   under a N(1, 1) prior with known noise variance 1, and every row of P from Dirichlet(1 + counts); play the
-  H-step optimal policy of the draw (finite-horizon value iteration)."""
+  H-step optimal policy of the draw (finite-horizon value iteration).
+- `mdp_planner`: certainty-equivalent planning: at the start of each episode play the H-step optimal policy of the
+  posterior means (R under the N(1, 1) prior, P under Dirichlet(1 + counts)), plus `bonus` / sqrt(1 + visits) on
+  R (0 by default: no optimism). A model-based agent that remembers every reward and transition of the trial.
+- `mdp_oracle`: the H-step optimal policy of the true mean rewards and transitions, told the task (the ceiling)."""
 
 from __future__ import annotations
 
@@ -177,3 +181,23 @@ def mdp_psrl(tasks: Tasks, n: int, horizon: int = 10, seed: int = 0) -> float:
         return finite_horizon_policy(sampled_r, sampled_p, horizon)
 
     return _run_episodes(rewards, moves, n, horizon, rng, policy)
+
+
+def mdp_planner(tasks: Tasks, n: int, horizon: int = 10, seed: int = 0, bonus: float = 0.0) -> float:
+    rewards, moves = _mdp_arrays(tasks)
+    rng = np.random.default_rng(seed)
+
+    def policy(visits: NDArray, reward_sums: NDArray, transitions: NDArray, rng: np.random.Generator) -> NDArray:
+        precision = 1.0 + visits
+        mean_r = (1.0 + reward_sums) / precision + bonus / np.sqrt(precision)
+        mean_p = (1.0 + transitions) / (1.0 + transitions).sum(axis=-1, keepdims=True)
+        return finite_horizon_policy(mean_r, mean_p, horizon)
+
+    return _run_episodes(rewards, moves, n, horizon, rng, policy)
+
+
+def mdp_oracle(tasks: Tasks, n: int, horizon: int = 10, seed: int = 0) -> float:
+    rewards, moves = _mdp_arrays(tasks)
+    rng = np.random.default_rng(seed)
+    best = finite_horizon_policy(rewards, moves, horizon)
+    return _run_episodes(rewards, moves, n, horizon, rng, lambda *args: best)
