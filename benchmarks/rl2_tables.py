@@ -76,11 +76,10 @@ def bandit_rows(num_tasks: int, seed: int) -> None:
 def mdp_rows(num_tasks: int, seed: int) -> None:
     print("tabular MDPs (10 states, 5 actions, 10-step episodes): ours / paper")
     print(f"{'n':>4} | {'Random':>14} | {'PSRL':>14} | paper UCRL2 | paper RL^2 | planner | oracle")
-    _, tasks = task_split(make_env("tabular_mdp"), 0, num_tasks, seed)
     for n, paper in PAPER_MDPS.items():
-        ours = (mb.mdp_random(tasks, n, seed=seed), mb.mdp_psrl(tasks, n, seed=seed))
-        cells = " | ".join(f"{o:6.1f} / {p:5.1f}" for o, p in zip(ours, paper, strict=False))
-        known = f"{mb.mdp_planner(tasks, n, seed=seed):7.1f} | {mb.mdp_oracle(tasks, n, seed=seed):6.1f}"
+        ours = baselines("tabular_mdp", n, 5, num_tasks, seed)
+        cells = " | ".join(f"{ours[name]:6.1f} / {p:5.1f}" for name, p in zip(("random", "psrl"), paper, strict=False))
+        known = f"{ours['planner']:7.1f} | {ours['oracle']:6.1f}"
         print(f"{n:>4} | {cells} | {paper[2]:11.1f} | {paper[3]:10.1f} | {known}", flush=True)
 
 
