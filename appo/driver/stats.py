@@ -29,6 +29,7 @@ class PolicyStats:
         self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
         self.env_steps = 0
         self.version = 0
+        self.reported = False  # a learner's report has come: env_steps is its count (a resumed run's included)
         self.train: dict[str, float] = {}
         self.episodes = 0
         # Task envs: returns by episode index within a trial, and trial returns by task bucket.
@@ -82,7 +83,7 @@ class Stats:
 
     def _on_train(self, msg: TrainReport) -> None:
         p = self.policies[msg.policy_id]
-        p.env_steps, p.version = msg.env_steps, msg.version
+        p.env_steps, p.version, p.reported = msg.env_steps, msg.version, True
         # greedy/*: evaluations a learner ran (UDRL's and RCP's greedy episodes), written once at the steps they
         # came with; everything else is the learner's latest state, written at every summary.
         events = {k: v for k, v in msg.stats.items() if k.startswith(EVENT_PREFIX)}
@@ -110,7 +111,10 @@ class Stats:
         return min(p.env_steps for p in self.policies)
 
     def sample(self, now: float | None = None) -> None:
-        """Record (time, env steps) for the FPS windows."""
+        """Record (time, env steps) for the FPS windows, from when every learner has reported: a resumed run's
+        first report carries the steps of its checkpoint, which are not this session's."""
+        if not all(p.reported for p in self.policies):
+            return
         now = time.monotonic() if now is None else now
         self.history.append((now, self.env_steps))
         while self.history and now - self.history[0][0] > max(FPS_WINDOWS) + 1:

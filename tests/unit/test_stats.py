@@ -38,3 +38,19 @@ def test_a_learners_greedy_evaluation_is_written_once_at_its_own_steps(tmp_path)
     assert steps.tolist() == [1_000] and values.tolist() == [42.0]
     steps, _wall, values = scalar_series(events, "train/loss")
     assert steps.tolist() == [1_500, 2_000] and values.tolist() == [0.5, 0.25]
+
+
+def test_a_resumed_runs_fps_counts_only_the_steps_of_this_session(tmp_path):
+    """A resumed learner's first report carries its checkpoint's env steps: the FPS windows (console, ETA and
+    perf/fps) start from it instead of counting millions of restored steps as stepped in the first seconds."""
+    stats = Stats(num_policies=2)
+    stats.sample(now=0.0)  # before any report: nothing to count from
+    stats.on_report(TrainReport(0, 7_700_000, 1800, {}))
+    stats.sample(now=5.0)  # policy 1 not reported yet
+    stats.on_report(TrainReport(1, 7_600_000, 1790, {}))
+    stats.sample(now=10.0)
+    stats.on_report(TrainReport(0, 7_710_000, 1801, {}))
+    stats.on_report(TrainReport(1, 7_610_000, 1791, {}))
+    stats.sample(now=20.0)
+    assert stats.fps(60) == 2_000.0
+    assert "ETA 39.0 min" in stats.status_line(20.0, target_steps=10_000_000)
