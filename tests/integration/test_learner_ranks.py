@@ -45,6 +45,10 @@ SHAPES = {
     "vtrace_trajectories": dict(with_vtrace=True, batch_size=256, num_batches_per_epoch=2, num_epochs=2),
     # One trajectory per minibatch: in every minibatch one rank has nothing and trains on a zero stand-in.
     "vtrace_one_each": dict(with_vtrace=True, batch_size=32, num_batches_per_epoch=16, num_epochs=1),
+    # --ppo_target_kl's early stop, read from the whole minibatch's KL: every rank stops after the first of 8 steps.
+    "gae_steps_target_kl": dict(
+        with_vtrace=False, batch_size=128, num_batches_per_epoch=4, num_epochs=2, ppo_target_kl=1e-7
+    ),
 }
 LOSSES = ("policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "grad_norm")
 
@@ -72,6 +76,7 @@ def test_two_gloo_ranks_train_as_one_learner_on_the_whole_batch(tmp_path: Path, 
         diffs = {k: abs(a.stats[k] - b.stats[k]) for k in LOSSES}
         assert max(diffs.values()) <= 1e-5, f"iteration {a.version}: logged losses differ {diffs}"
         assert a.stats["policy_lag_avg"] == b.stats["policy_lag_avg"]
+        assert a.stats["updates_done"] == b.stats["updates_done"] == (1 / 8 if "target_kl" in shape else 1.0)
     assert two.reports[-1].stats["learner_samples_per_sec"] > 0
 
 

@@ -24,6 +24,7 @@ from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
 from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_ceiling
 from appo.algorithms.common.returns import gae, vtrace
+from appo.algorithms.ppo.diagnostics import read_diagnostics
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 
@@ -83,7 +84,10 @@ class PPO(Algorithm):
         count = 0
         probe: Tensor | None = None  # the first minibatch: where the KL is read before and after the update
         diagnostics: dict[str, float] = {}
+        stopped = False  # --ppo_target_kl: the policy moved far enough from the behaviour policy
         for _ in range(cfg.num_epochs):
+            if stopped:
+                break
             epoch_kl: list[float] = []
             for idx, n_steps in self._minibatches(N, T, is_per_step, offset, n_global):
                 if probe is None:
@@ -95,6 +99,9 @@ class PPO(Algorithm):
                     loss, mb_stats = self._per_step_loss(b, idx, adv_all, ret_all, n_steps, old_dist)
                 else:
                     loss, mb_stats = self._trajectory_loss(b, idx, adv_all, ret_all, n_steps, old_dist)
+                if count > 0 and self._kl_exceeded(mb_stats["kl"]):
+                    stopped = True
+                    break
                 grad_norm = self.guard.step(loss, list(model.parameters()), self.optimizer, cfg.max_grad_norm)
                 if grad_norm != grad_norm:  # NaN: the guard skipped this step
                     continue
@@ -111,15 +118,21 @@ class PPO(Algorithm):
         sums = self.ranks.sum_stats(sums, same_on_every_rank=("grad_norm",))
         stats = {key: value / max(count, 1) for key, value in sums.items()}
         stats["learning_rate"] = lr
+        stats["updates_done"] = count / (cfg.num_epochs * self.derived.minibatches_per_epoch)
         if probe is not None:
-            stats |= _read_diagnostics(self.ranks.sum_stats(diagnostics))
-        if model.log_std is not None:
-            ceiling = log_std_ceiling(cfg, self.budget_used)
-            if ceiling is not None:  # the same on every rank: each rank's copy of the weights stays the same
-                with torch.no_grad():
-                    model.log_std.clamp_(max=ceiling)
-            stats["std"] = float(model.log_std.detach().exp().mean())
-        return stats
+            stats |= read_diagnostics(self.ranks.sum_stats(diagnostics))
+        return stats | self._std_ceiling()
+
+    def _std_ceiling(self) -> dict[str, float]:
+        """--std_ceiling_final's clamp of a Gaussian policy's log-std, and the std after it."""
+        log_std = self.model.log_std
+        if log_std is None:
+            return {}
+        ceiling = log_std_ceiling(self.cfg, self.budget_used)
+        if ceiling is not None:  # the same on every rank: each rank's copy of the weights stays the same
+            with torch.no_grad():
+                log_std.clamp_(max=ceiling)
+        return {"std": float(log_std.detach().exp().mean())}
 
     # --- diagnostics --------------------------------------------------------------------------------
     @torch.no_grad()
@@ -166,6 +179,12 @@ class PPO(Algorithm):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
+
+    def _kl_exceeded(self, kl: float) -> bool:
+        """--ppo_target_kl's early stop (Spinning Up's, Stable-Baselines3's): this minibatch's approximate KL from
+        the behaviour policy, before its step, over 1.5x the target; the whole minibatch's, so every rank agrees."""
+        target = self.cfg.ppo_target_kl
+        return target > 0 and self.ranks.sum_stats({"kl": kl})["kl"] > 1.5 * target
 
     def _adapt_learning_rate(self, kls: list[float], schedule: str, lr: float) -> float:
         """Under --lr_schedule=`schedule`, the next steps' rate from the mean approximate KL of the last minibatch
@@ -352,22 +371,6 @@ class PPO(Algorithm):
         return self._loss(
             out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, out.dist, old, part
         )
-
-
-def _read_diagnostics(d: dict[str, float]) -> dict[str, float]:
-    """approx_kl before and after the update, and the explained variance, from summed parts (appo/learning/
-    distributed.py sums them over ranks)."""
-    out = {}
-    for name in ("kl_before", "kl_after"):
-        if d.get(f"{name}_n", 0.0) > 0:
-            out[f"approx_{name}"] = d[f"{name}_sum"] / d[f"{name}_n"]
-    n = d.get("ev_n", 0.0)
-    if n > 1:
-        var_r = d["ev_rr"] / n - (d["ev_r"] / n) ** 2
-        var_e = d["ev_ee"] / n - (d["ev_e"] / n) ** 2
-        if var_r > 1e-12:
-            out["explained_variance"] = 1.0 - var_e / var_r
-    return out
 
 
 def _stand_in(

@@ -26,6 +26,12 @@ class PpoCfg:
         0.0,
         "weight of a KL(current || before the iteration) loss on the policy (Sample Factory's MuJoCo setting: 0.1)",
     )
+    ppo_target_kl: float = flag(
+        0.0,
+        "where > 0: an iteration stops its remaining minibatch updates once a minibatch's approximate KL from the "
+        "behaviour policy exceeds 1.5x this (after at least one update; Spinning Up's and Stable-Baselines3's early "
+        "stop). 0: every epoch runs",
+    )
     std_ceiling_final: float = flag(
         0.0,
         "where > 0: a ceiling on the Gaussian policy's std that falls log-linearly from exp(--initial_log_std) to this "
@@ -61,4 +67,6 @@ def verify_ppo(cfg: object) -> list[str]:
         errors.append(f"--std_ceiling_final={cfg.std_ceiling_final}: must be >= 0 (0: no ceiling)")  # type: ignore[attr-defined]
     if cfg.kl_loss_coeff < 0:  # type: ignore[attr-defined]
         errors.append(f"--kl_loss_coeff={cfg.kl_loss_coeff}: must be >= 0")  # type: ignore[attr-defined]
+    if cfg.ppo_target_kl < 0:  # type: ignore[attr-defined]
+        errors.append(f"--ppo_target_kl={cfg.ppo_target_kl}: must be >= 0 (0: no early stop)")  # type: ignore[attr-defined]
     return errors
