@@ -295,6 +295,9 @@ def test_presets() -> None:
     assert merge_cfg({"env": "Walker2d-v5"}, {"env": "Walker2d-v5", "train_for_env_steps": 10_000_000}).num_epochs == 2
     assert merge_cfg({"env": "Walker2d-v5", "train_for_env_steps": 4_999_999}, None).num_epochs == 10
     assert merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 10_000_000}, None).num_epochs == 10
+    # Humanoid's long runs: a falling ceiling on the policy's std (session 41), none in shorter runs
+    assert merge_cfg({"env": "Humanoid-v5", "train_for_env_steps": 10_000_000}, None).std_ceiling_final == 0.15
+    assert merge_cfg({"env": "Humanoid-v5", "train_for_env_steps": 1_000_000}, None).std_ceiling_final == 0.0
 
 
 def test_importing_envs_does_not_import_mujoco() -> None:
