@@ -24,6 +24,7 @@ from appo.backends.plan import evaluation_interval
 from appo.config.cfg import Cfg, cfg_to_dict, experiment_dir
 from appo.config.derive import derive, resolve_device
 from appo.config.verify import verify_or_exit
+from appo.driver.episode_window import restore_windows, save_windows
 from appo.driver.pbt_controller import PbtController
 from appo.driver.run_lock import hold_run_dir, released_at_end
 from appo.driver.stats import Stats, SummaryWriters, eval_line
@@ -44,11 +45,12 @@ class Driver:
     """Report aggregation and stop criteria, shared by the process and serial modes."""
 
     def __init__(self, cfg: Cfg, exp_dir: Any, channel: ControlChannel | None = None) -> None:
-        self.cfg = cfg
+        self.cfg, self.exp_dir = cfg, exp_dir
         # The writing end of the control channel (appo/protocol/control.py): which policy, task and weight set each env
         # runs from its next episode; assigners of the driver's (an algorithm's schedule of tasks) write here.
         self.channel = channel
         self.stats = Stats(cfg.num_policies)
+        restore_windows(self.stats, exp_dir)  # a resumed run's last episodes (appo/driver/episode_window.py)
         self.writers = SummaryWriters(exp_dir / "summaries", cfg.num_policies, cfg)
         self.start = time.monotonic()
         self.last_report = self.start
@@ -133,6 +135,7 @@ class Driver:
         log.info(self.stats.status_line(now - self.start, target, now - self.last_status))
         self.last_status = now
         self.writers.write(self.stats)
+        save_windows(self.stats, self.exp_dir)
 
     def should_stop(self) -> str | None:
         if self.errors:

@@ -30,6 +30,7 @@ class PolicyStats:
         self.env_steps = 0
         self.version = 0
         self.reported = False  # a learner's report has come: env_steps is its count (a resumed run's included)
+        self.resumed = False  # the episode windows are a resumed run's (appo/driver/episode_window.py)
         self.train: dict[str, float] = {}
         self.episodes = 0
         # Task envs: returns by episode index within a trial, and trial returns by task bucket.
@@ -190,14 +191,9 @@ class SummaryWriters:
         fps = stats.fps(FPS_WINDOWS[0])
         for writer, p in zip(self.writers, stats.policies, strict=True):
             step = p.env_steps
-            if p.returns:
-                writer.add_scalar("episode/return_mean", p.return_mean(), step)
-                writer.add_scalar("episode/length_mean", p.length_mean(), step)
-                writer.add_scalar("episode/count", p.episodes, step)
-            for k, values in p.by_episode.items():
-                writer.add_scalar(f"episode/return_ep{k}", sum(values) / len(values), step)
-            for bucket, values in p.by_task.items():
-                writer.add_scalar(f"episode_by_task/{bucket}", sum(values) / len(values), step)
+            # A resumed run's windows from the learner's first report on: at its checkpoint's env steps, not at 0.
+            if p.reported or not p.resumed:
+                self.write_episodes(writer, p, step)
             for report in p.unwritten_evals:  # two can arrive between writes (the last one, forced at shutdown)
                 self.write_eval(writer, report)
             p.unwritten_evals.clear()
@@ -216,6 +212,17 @@ class SummaryWriters:
                 for key, value in p.hparams.items():
                     writer.add_scalar(f"hparams/{key}", value, step)
             writer.flush()  # this report's rows out (wandb: one row per env step)
+
+    @staticmethod
+    def write_episodes(writer: Any, p: PolicyStats, step: int) -> None:
+        if p.returns:
+            writer.add_scalar("episode/return_mean", p.return_mean(), step)
+            writer.add_scalar("episode/length_mean", p.length_mean(), step)
+            writer.add_scalar("episode/count", p.episodes, step)
+        for k, values in p.by_episode.items():
+            writer.add_scalar(f"episode/return_ep{k}", sum(values) / len(values), step)
+        for bucket, values in p.by_task.items():
+            writer.add_scalar(f"episode_by_task/{bucket}", sum(values) / len(values), step)
 
     @staticmethod
     def write_eval(writer: Any, report: EvalReport) -> None:

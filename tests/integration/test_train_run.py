@@ -54,6 +54,8 @@ def test_run_leaves_everything_and_resumes(train_dir):
     missing = [t for t in TAGS if t not in acc.Tags()["scalars"]]
     assert not missing, f"missing summaries {missing}"
     assert max(e.step for e in acc.Scalars("perf/fps")) >= 10000  # x-axis is env steps
+    first_counts = [e.value for e in acc.Scalars("episode/count")]
+    first_fps = [e.value for e in acc.Scalars("perf/fps")]
 
     # The same command with a larger budget continues from the checkpoint instead of starting over.
     run_script("train_appo.py", [*args, "--train_for_env_steps=40000"], check=True)
@@ -61,6 +63,14 @@ def test_run_leaves_everything_and_resumes(train_dir):
     assert f"resumed from {ckpts[-1]}" in log_text
     resumed = torch.load(list_checkpoints(exp / "checkpoint_p0")[-1], weights_only=True)
     assert resumed["env_steps"] >= 40000 and resumed["version"] > state["version"]
+    # ... and so do its curves: the episode window and count go on from the first session's (episode_window.json),
+    # written from the checkpoint's env steps on, and the FPS counts only this session's steps.
+    acc = scalars(exp / "summaries" / "0")
+    counts = acc.Scalars("episode/count")
+    later = [e for e in counts[len(first_counts) :]]
+    assert later and min(e.step for e in later) >= state["env_steps"], [(e.step, e.value) for e in later[:3]]
+    assert later[0].value > first_counts[-1], (first_counts[-3:], [e.value for e in later[:3]])
+    assert max(e.value for e in acc.Scalars("perf/fps")) < 20 * max(first_fps)
 
 
 def test_synchronous_lag_is_zero_and_collect_ahead_at_most_one(train_dir):
