@@ -67,7 +67,7 @@ def test_run_leaves_everything_and_resumes(train_dir):
     # written from the checkpoint's env steps on, and the FPS counts only this session's steps.
     acc = scalars(exp / "summaries" / "0")
     counts = acc.Scalars("episode/count")
-    later = [e for e in counts[len(first_counts) :]]
+    later = counts[len(first_counts) :]
     assert later and min(e.step for e in later) >= state["env_steps"], [(e.step, e.value) for e in later[:3]]
     assert later[0].value > first_counts[-1], (first_counts[-3:], [e.value for e in later[:3]])
     assert max(e.value for e in acc.Scalars("perf/fps")) < 20 * max(first_fps)

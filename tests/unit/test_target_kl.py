@@ -5,17 +5,10 @@ batches, both minibatch paths."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from appo.config.verify import verify
-from tests.unit.test_learner import fill, make_learner, small_cfg, take_batch
-
-
-def train_once(cfg, tmp_path) -> dict[str, float]:
-    torch.manual_seed(0)  # the same initial weights for every cfg
-    learner = make_learner(cfg, tmp_path)
-    fill(learner, 0, 16, seed=1)  # acted by the learner's weights: the KL before the first step is 0
-    return learner.train(take_batch(learner)).stats
+from tests.unit.test_kl_loss import train_once  # one iteration from the same weights on a batch they acted
+from tests.unit.test_learner import small_cfg
 
 
 @pytest.mark.parametrize("with_vtrace", [False, True], ids=["single_steps", "trajectories"])
