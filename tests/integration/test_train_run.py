@@ -20,6 +20,7 @@ from appo.learning.checkpoint import list_checkpoints
 from tests.conftest import _kill_group, live_children, run_script, spawn
 
 FAST = ["--env=CartPole-v1", "--rollout=16", "--batch_size=256", "--num_envs_per_worker=4", "--report_interval=1"]
+LAG_TAGS = ("perf/policy_lag_max", "perf/dropped_trajectories")
 TAGS = [
     "episode/return_mean",
     "episode/length_mean",
@@ -71,6 +72,12 @@ def test_run_leaves_everything_and_resumes(train_dir):
     assert later and min(e.step for e in later) >= state["env_steps"], [(e.step, e.value) for e in later[:3]]
     assert later[0].value > first_counts[-1], (first_counts[-3:], [e.value for e in later[:3]])
     assert max(e.value for e in acc.Scalars("perf/fps")) < 20 * max(first_fps)
+    # The resumed actors act with the checkpoint's weights from their first step (the run's stores are filled from
+    # it before any process starts), not with fresh ones until the learner has published: no trajectory is
+    # trained on (or dropped) as the checkpoint's number of versions stale.
+    after = {tag: [(e.step, e.value) for e in acc.Scalars(tag) if e.step >= state["env_steps"]] for tag in LAG_TAGS}
+    assert all(after.values()) and max(v for _, v in after["perf/policy_lag_max"]) < state["version"] / 2, after
+    assert max(v for _, v in after["perf/dropped_trajectories"]) == 0, after
 
 
 def test_synchronous_lag_is_zero_and_collect_ahead_at_most_one(train_dir):
