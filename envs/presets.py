@@ -89,7 +89,8 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # seeds 0-2 (session 41): training return 4,560 / 4,940 / 5,046 (median 4,940, min 4,560) against the preset's
 # 4,946 / 4,584 / 4,256 (median 4,584, min 4,256; session 27); the final policies' deterministic evaluation level
 # (median 5,582, mean 5,372, min 4,947 against 5,867 / 5,445 / 4,544), both over Sample Factory 2's 5,439. A
-# ceiling ending at 0.05 fell behind from 6M (median 3,148 at 7M, session 39): the std must not go that low.
+# ceiling ending at 0.05 fell behind from 6M (median 3,148 at 7M, session 39): the std must not go that low. Seeds
+# 3-4 (sessions 43-45): 5,267 / 5,128; over seeds 0-4 the median is 5,046 (deterministic 5,582, best checkpoint 5,599).
 LONG_RUN_STEPS = 5_000_000
 MUJOCO_LONG_RUN_PRESETS: dict[str, dict[str, Any]] = {
     "Walker2d": {
