@@ -108,7 +108,8 @@ def _wait_for(log: Path, text: str, timeout: float = 40) -> None:
 
 def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_target(train_dir):
     # Both kills come early (at 4k and 8k env steps here, session 45): 100k leaves the run ten times that to go on.
-    args = [*FAST, f"--train_dir={train_dir}", "--experiment=k", "--train_for_env_steps=100000"]
+    target = 100_000
+    args = [*FAST, f"--train_dir={train_dir}", "--experiment=k", f"--train_for_env_steps={target}"]
     proc = start([*args, "--actor_inference=False"])  # policy worker processes
     log = train_dir / "k" / "log.txt"
     assert wait_for_steps_above(log, 0), "training never began"
@@ -120,7 +121,7 @@ def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_ta
     _wait_for(log, "policy_worker_0_0 killed by signal 9: starting it again")
     out = finish(proc, timeout=150)
     assert proc.returncode == 0, out[-3000:]
-    assert "stopping: reached 100000 env steps" in log.read_text()
+    assert f"stopping: reached {target} env steps" in log.read_text()
     acc = EventAccumulator(str(train_dir / "k" / "summaries" / "0"), size_guidance={"scalars": 0})
     acc.Reload()
     # Two kills, two restarts; a third is allowed: an actor worker blocked writing to the dead policy worker's
