@@ -78,6 +78,9 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # 28; sessions 23-24: 4,427 and 4,314 training) and a constant target's 4,552 / 4,839 / 4,976 (session 29). A linear
 # decay passes through the rates the KL settles on (2e-4 to 4e-4 from 2M steps) only in its last tenth.
 # Humanoid's ceiling on the std (falling to 0.15 by the end) lowered every measure: 4,465 / 4,641 / 4,740 (session 42).
+# A separate value trunk (--separate_value_trunk, seeds 0-2, session 46): 4,905 / 5,106 / 5,178 against the same
+# seeds' 4,767 / 4,336 / 5,213; within the spread between seed sets, so not adopted before seeds 3-5 are run. Adam's
+# two averages at 0.99: half the preset's curve at 0.86M, stopped there (session 46).
 # Hopper keeps its 1M preset (2,600 training / 2,611 deterministic / 3,329 best checkpoint at 10M, medians of 3,
 # sessions 33-34): Walker2d's long-run steps left it on the stable hop (2,046 / 2,198, two seeds) and its own steps
 # with the falling KL target gave 2,411 / 2,840 / 3,406 (session 35), a rate of 3e-4 2,476 / 2,635 / 3,470 (sessions
