@@ -53,7 +53,10 @@ MUJOCO_PRESET: dict[str, Any] = {
 # steps (10 epochs of 16 x 256 at 1e-3, the same 4,096 samples per iteration) learn steadily: Hopper seeds 0-5
 # 3,042 / 1,646 / 2,479 / 2,741 / 2,966 / 3,009 (median 2,853; CleanRL's PPO 2,383 +- 272), Walker2d seeds 0-5
 # 1,589 / 3,652 / 4,037 / 3,082 / 3,850 / 3,496 (median 3,574; CleanRL 2,288 +- 572). At 3e-4 they were too
-# slow (Hopper 2,229 / 1,799 / 1,653, still rising at 1M).
+# slow (Hopper 2,229 / 1,799 / 1,653, still rising at 1M). Hopper's value head reads its own MLP trunk
+# (--separate_value_trunk; Andrychowicz et al. 2021): seeds 0-5 at 1M 2,385 / 2,818 / 3,021 / 2,304 / 2,672 / 2,611
+# (median 2,642, lowest 2,304; sessions 46-47) against the shared trunk's 1,857 / 2,237 / 2,677 / 1,504 / 2,436 /
+# 3,114 (median 2,337, lowest 1,504; session 28), deterministic medians 3,531 against 2,991.
 FALLING_ROBOT_PRESET: dict[str, Any] = {
     "initial_log_std": 0.0,
     "learning_rate": 0.001,
@@ -62,7 +65,7 @@ FALLING_ROBOT_PRESET: dict[str, Any] = {
     "num_batches_per_epoch": 16,
 }
 MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
-    "Hopper": FALLING_ROBOT_PRESET,
+    "Hopper": FALLING_ROBOT_PRESET | {"separate_value_trunk": True},
     "Walker2d": FALLING_ROBOT_PRESET,
 }
 
@@ -81,12 +84,13 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # A separate value trunk (--separate_value_trunk, seeds 0-2, session 46): 4,905 / 5,106 / 5,178 against the same
 # seeds' 4,767 / 4,336 / 5,213; within the spread between seed sets, so not adopted before seeds 3-5 are run. Adam's
 # two averages at 0.99: half the preset's curve at 0.86M, stopped there (session 46).
-# Hopper keeps its 1M preset (2,600 training / 2,611 deterministic / 3,329 best checkpoint at 10M, medians of 3,
-# sessions 33-34): Walker2d's long-run steps left it on the stable hop (2,046 / 2,198, two seeds) and its own steps
-# with the falling KL target gave 2,411 / 2,840 / 3,406 (session 35), a rate of 3e-4 2,476 / 2,635 / 3,470 (sessions
-# 37-38) and PPO's KL early stop (--ppo_target_kl=0.02: a fifth of the updates) 2,563 / 2,829 / 3,416 (session 41):
-# no better on three seeds; the swings between gaits are not the size of the updates. Adam's two averages both at
-# 0.99 (Dohare et al. 2023's remedy for policy collapse): 1,654 / 3,666 / 1,806, swinging as before (sessions 43, 45).
+# Hopper keeps its 1M preset with the shared trunk (the separate one is not yet measured at 10M; 2,600 training / 2,611
+# deterministic / 3,329 best checkpoint at 10M, medians of 3, sessions 33-34): Walker2d's long-run steps left it on the
+# stable hop (2,046 / 2,198, two seeds) and its own steps with the falling KL target gave 2,411 / 2,840 / 3,406 (session
+# 35), a rate of 3e-4 2,476 / 2,635 / 3,470 (sessions 37-38) and PPO's KL early stop (--ppo_target_kl=0.02: a fifth of
+# the updates) 2,563 / 2,829 / 3,416 (session 41): no better on three seeds; the swings between gaits are not the size
+# of the updates. Adam's two averages both at 0.99 (Dohare et al. 2023's remedy for policy collapse): 1,654 / 3,666 /
+# 1,806, swinging as before (sessions 43, 45).
 # Humanoid's long runs cap the policy's std with a ceiling falling log-linearly from 0.37 to 0.15 over the run
 # (--std_ceiling_final; its actions are in [-0.4, 0.4], and the preset's 0.37 is nearly their half-range). At 10M,
 # seeds 0-2 (session 41): training return 4,560 / 4,940 / 5,046 (median 4,940, min 4,560) against the preset's
@@ -101,6 +105,7 @@ MUJOCO_LONG_RUN_PRESETS: dict[str, dict[str, Any]] = {
     }
     | {"initial_log_std": 0.0, "lr_schedule": "kl_adaptive_minibatch", "lr_schedule_kl_threshold_final": 0.0005},
     "Humanoid": {"std_ceiling_final": 0.15},
+    "Hopper": {"separate_value_trunk": False},
 }
 
 

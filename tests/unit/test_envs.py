@@ -267,7 +267,8 @@ def test_presets() -> None:
     # Robots that fall start with more action noise and take smaller, more numerous steps (issue 18); the rest of
     # the MuJoCo preset is theirs too.
     for name in ("Hopper-v5", "Walker2d-v5"):
-        assert env_preset(name) == MUJOCO_PRESET | FALLING_ROBOT_PRESET
+        trunk = {"separate_value_trunk": True} if name == "Hopper-v5" else {}
+        assert env_preset(name) == MUJOCO_PRESET | FALLING_ROBOT_PRESET | trunk
         cfg = merge_cfg({"env": name}, None)
         assert (cfg.initial_log_std, cfg.num_epochs, cfg.batch_size, cfg.learning_rate) == (0.0, 10, 256, 0.001)
         assert (
@@ -295,6 +296,13 @@ def test_presets() -> None:
     assert merge_cfg({"env": "Walker2d-v5"}, {"env": "Walker2d-v5", "train_for_env_steps": 10_000_000}).num_epochs == 2
     assert merge_cfg({"env": "Walker2d-v5", "train_for_env_steps": 4_999_999}, None).num_epochs == 10
     assert merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 10_000_000}, None).num_epochs == 10
+    # Hopper's value head has its own trunk at 1M (sessions 46-47), not yet in long runs; a flag or a resumed run wins
+    hopper = {"env": "Hopper-v5", "train_for_env_steps": 1_000_000}
+    assert merge_cfg(hopper, None).separate_value_trunk
+    assert not merge_cfg(hopper | {"separate_value_trunk": False}, None).separate_value_trunk
+    assert not merge_cfg({"env": "Hopper-v5"}, hopper | {"separate_value_trunk": False}).separate_value_trunk
+    assert not merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 10_000_000}, None).separate_value_trunk
+    assert not merge_cfg({"env": "Walker2d-v5", "train_for_env_steps": 1_000_000}, None).separate_value_trunk
     # Humanoid's long runs: a falling ceiling on the policy's std (session 41), none in shorter runs
     assert merge_cfg({"env": "Humanoid-v5", "train_for_env_steps": 10_000_000}, None).std_ceiling_final == 0.15
     assert merge_cfg({"env": "Humanoid-v5", "train_for_env_steps": 1_000_000}, None).std_ceiling_final == 0.0
