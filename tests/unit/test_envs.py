@@ -291,6 +291,10 @@ def test_presets() -> None:
         0.0005,
     )
     assert merge_cfg(long | {"lr_schedule": "linear_decay"}, None).lr_schedule == "linear_decay"
+    # ... and a value head on its own trunk (sessions 46-47), which a flag or a resumed run's cfg.json still turns off
+    assert cfg.separate_value_trunk
+    assert not merge_cfg(long | {"separate_value_trunk": False}, None).separate_value_trunk
+    assert not merge_cfg({"env": "Walker2d-v5"}, long | {"separate_value_trunk": False}).separate_value_trunk
     assert merge_cfg({"env": "Walker2d-v5", "train_for_env_steps": 1_000_000}, None).lr_schedule == "linear_decay"
     assert merge_cfg(long | {"num_epochs": 5}, None).num_epochs == 5
     assert merge_cfg({"env": "Walker2d-v5"}, {"env": "Walker2d-v5", "train_for_env_steps": 10_000_000}).num_epochs == 2
