@@ -148,6 +148,7 @@ def components(run: Run) -> list[psutil.Process]:
 MAML = ["--algo=maml_trpo", "--env=navigation2d", "--num_workers=2", "--train_for_seconds=600"]
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["appo", "maml_trpo"])
 def test_ctrl_c_to_the_whole_group_as_the_children_start(train_dir: Path, algo: str) -> None:
     """A terminal's Ctrl-C goes to every process of the group, children still importing included (before their
@@ -159,7 +160,10 @@ def test_ctrl_c_to_the_whole_group_as_the_children_start(train_dir: Path, algo: 
     shm_before = shm_entries()
     run = Run(args)
     try:
-        deadline = time.monotonic() + 60
+        # On a loaded 2-core machine the first child can be slow to appear (session 47's CI, a slow day: the MAML run
+        # had no child and had printed nothing when a 60 s wait ended). The wait only finds the moment to send the
+        # signal, so it is generous; the test's assertions are unchanged.
+        deadline = time.monotonic() + 150
         while not components(run) and run.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert components(run), f"no child started:\n{run.output()}"
