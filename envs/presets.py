@@ -104,8 +104,12 @@ MUJOCO_LONG_RUN_PRESETS: dict[str, dict[str, Any]] = {
     "Walker2d": {
         key: MUJOCO_PRESET[key] for key in ("learning_rate", "num_epochs", "batch_size", "num_batches_per_epoch")
     }
-    | {"initial_log_std": 0.0, "lr_schedule": "kl_adaptive_minibatch", "lr_schedule_kl_threshold_final": 0.0005}
-    | {"separate_value_trunk": True},
+    | {
+        "initial_log_std": 0.0,
+        "lr_schedule": "kl_adaptive_minibatch",
+        "lr_schedule_kl_threshold_final": 0.0005,
+        "separate_value_trunk": True,
+    },
     "Humanoid": {"std_ceiling_final": 0.15},
     "Hopper": {"separate_value_trunk": False},
 }
