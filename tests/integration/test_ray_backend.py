@@ -130,8 +130,11 @@ def test_cartpole_on_two_nodes_learns_through_kill_9_of_an_actor(cluster, train_
 
 
 @needs_ray
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
+    # Usually 30-50 s; on a loaded 2-core machine starting the actors and bringing one back took 25 s and the run
+    # 70 s (session 49), and one CI run passed 120 s: the limits leave room for that, and a run that does not
+    # finish fails in finish() with its output rather than in pytest-timeout.
     c, worker_node = cluster
     with Run(train_dir, [*CARTPOLE, f"--ray_address={c.address}", "--train_for_env_steps=200000"]) as run:
         found = run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
@@ -140,7 +143,7 @@ def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
         run.wait_for(r"steps [1-9]\d{3,}/", timeout=60)
         c.remove_node(worker_node)
         back = run.wait_for(rf"actor worker {lost[0]} \(incarnation [1-9]\d*\) on node (\w+)", timeout=60)
-        status = run.finish(timeout=90)
+        status = run.finish(timeout=150)
     text = run.text()
     assert status == 0, run.output()
     assert back[0][1] == c.head_node.node_id, f"actor {lost[0]} not back on the head:\n{text[-3000:]}"
