@@ -32,7 +32,8 @@ from appo.algorithms.maml.flags import meta_batch_size
 from appo.algorithms.maml.hvp import HvpPool, allocate_buffers, episode_horizon
 from appo.backends.maml_actors import ActorPool
 from appo.config.cfg import Cfg, experiment_dir
-from appo.driver.runner import STOP_SIGNALS, budget_spent, prepare
+from appo.driver.preflight import budget_spent
+from appo.driver.runner import STOP_SIGNALS, prepare
 from appo.learning.checkpoint import load_checkpoint, load_latest, save_checkpoint
 from appo.protocol.processes import limit_threads
 from envs import PROJECT_ENVS, UnknownEnvError, env_kwargs, is_task_env, make_env
@@ -199,7 +200,9 @@ def run(cfg: Cfg) -> int:
     if error:  # before anything is written
         print(f"error: {error}", file=sys.stderr)
         return 2
-    exp_dir = prepare(cfg)[0]  # the engine's start-up: verification, checkpoints that fit, cfg.json, logging, title
+    exp_dir, *_, spent = prepare(cfg)  # the engine's start-up: verification, checkpoints, cfg.json, logging
+    if spent:  # a finished run: nothing trained, no meta-test again
+        return 0
     # One thread: measured on this 2-core machine under other sessions' load, two torch threads made the meta-step
     # 10-100x slower (one thread spins at each barrier while the other waits for a core); and the thread count must
     # not follow --num_workers (torch's reductions depend on it; 1 or 4 workers give the same iterations).

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -26,17 +25,16 @@ from appo.config.derive import derive, resolve_device
 from appo.config.verify import verify_or_exit
 from appo.driver.episode_window import restore_windows, save_windows
 from appo.driver.pbt_controller import PbtController
+from appo.driver.preflight import budget_spent, check_shared_memory, spent_at_resume
 from appo.driver.run_lock import hold_run_dir, released_at_end
 from appo.driver.stats import Stats, SummaryWriters, eval_line
-from appo.models.registry import make_model
-from appo.protocol.buffers import allocate_control, allocate_trajectories, shared_bytes
+from appo.protocol.buffers import allocate_control, allocate_trajectories
 from appo.protocol.control import ControlChannel, control_channel
 from appo.protocol.messages import ErrorReport, EvalReport, EvalRequest, HyperparamsReport, ReturnSummary
 from appo.protocol.processes import process_title, set_process_title
-from appo.protocol.wiring import queue_bytes
 from envs import UnknownEnvError, make_run_env, make_task_assigner
 from utils.logging import init_logging, log
-from utils.paths import cfg_path, checkpoint_dir, log_path, write_text_atomic
+from utils.paths import cfg_path, log_path, write_text_atomic
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -159,21 +157,9 @@ class Driver:
         self.writers.close()
 
 
-def budget_spent(cfg: Cfg, env_steps: int, version: int, elapsed: float) -> str | None:
-    """Which of the run's budgets is spent (env steps trained by every policy, seconds of this session, learner
-    iterations: train/version), as the reason the run stops; None while none is. Every run loop stops by it."""
-    if env_steps >= cfg.train_for_env_steps:
-        return f"reached {cfg.train_for_env_steps} env steps" + (" per policy" if cfg.num_policies > 1 else "")
-    if elapsed >= cfg.train_for_seconds:
-        return f"ran {cfg.train_for_seconds:g} s"
-    if cfg.train_for_iterations > 0 and version >= cfg.train_for_iterations:
-        return f"reached {cfg.train_for_iterations} iterations (train/version)"
-    return None
-
-
-def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int]:
+def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
     """Everything before any process exists: verify, folders, cfg.json, logging, spaces, the number of train
-    tasks."""
+    tasks, and the budget a resumed run's checkpoints have already spent (None: there is training to do)."""
     verify_or_exit(cfg)
     try:
         env = make_run_env(cfg)
@@ -185,58 +171,16 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int]:
     num_tasks = len(assigner.tasks) if assigner is not None else 0  # train tasks the control channel may name
     env.close()
     check_shared_memory(cfg, spaces)
-    check_checkpoints(cfg, spaces)
+    spent = spent_at_resume(cfg, spaces)
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
     hold_run_dir(exp_dir)  # one driver per run directory (appo/driver/run_lock.py): released as run() returns
     write_text_atomic(cfg_path(exp_dir), json.dumps(cfg_to_dict(cfg), indent=2) + "\n")
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "driver"))
-    return exp_dir, spaces, derive(cfg), num_tasks
-
-
-def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> None:
-    """On resume, the newest readable checkpoint of every policy must fit this cfg's model; otherwise exit 2
-    before anything starts (a learner failing later would leave a half-started run)."""
-    from appo.learning.checkpoint import load_latest
-
-    try:
-        template = make_model(cfg, *spaces)
-    except ValueError as exc:  # spaces the algorithm's model cannot serve (SAC on discrete actions)
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    for policy_id in range(cfg.num_policies):
-        loaded = load_latest(checkpoint_dir(experiment_dir(cfg), policy_id))
-        if loaded is None:
-            continue
-        state, path = loaded
-        try:
-            template.load_state_dict(state["model"])
-        except (KeyError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()
-            detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line), first[0])
-            print(
-                f"error: {path}: does not fit the model of this cfg ({detail}); use the run's own settings or "
-                "another --experiment",
-                file=sys.stderr,
-            )
-            raise SystemExit(2) from None
-
-
-def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], shm: str = "/dev/shm") -> None:
-    """Refuse to start (exit 2) when /dev/shm cannot hold the run's shared tensors and queues: otherwise a
-    worker would die with SIGBUS mid-run (Docker's default /dev/shm is 64 MB)."""
-    if cfg.serial_mode or not os.path.isdir(shm):
-        return
-    need = shared_bytes(cfg, derive(cfg), *spaces) + queue_bytes(cfg.num_workers, cfg.num_policies)
-    free = shutil.disk_usage(shm).free
-    if need * 1.1 > free:
-        print(
-            f"error: {shm} has {free / 2**20:.0f} MB free, this run needs about {need * 1.1 / 2**20:.0f} MB: "
-            "enlarge it (e.g. docker --shm-size) or lower --num_workers, --num_envs_per_worker or --rollout",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
+    if spent:
+        log.info("nothing to train: the run's checkpoints have %s; raise that budget to train on", spent)
+    return exp_dir, spaces, derive(cfg), num_tasks, spent
 
 
 def run(cfg: Cfg) -> int:
@@ -251,7 +195,9 @@ def _train(cfg: Cfg) -> int:
     if run_loop:  # an algorithm with a loop of its own (MAML's synchronous meta-iterations)
         verify_or_exit(cfg)
         return resolve(run_loop)(cfg)
-    exp_dir, spaces, derived, num_tasks = prepare(cfg)
+    exp_dir, spaces, derived, num_tasks, spent = prepare(cfg)
+    if spent:  # a finished run: no process started, its checkpoints unchanged
+        return 0
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg)
     what = (cfg.experiment, cfg.env, cfg.algo, cfg.num_workers, cfg.num_envs_per_worker, device)

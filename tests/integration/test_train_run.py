@@ -79,6 +79,15 @@ def test_run_leaves_everything_and_resumes(train_dir):
     assert all(after.values()) and max(v for _, v in after["perf/policy_lag_max"]) < state["version"] / 2, after
     assert max(v for _, v in after["perf/dropped_trajectories"]) == 0, after
 
+    # The same command once more: the budget is spent, so nothing starts and nothing changes (it used to train one
+    # more iteration and replace the final checkpoint).
+    files = {f: f.stat().st_mtime_ns for f in exp.rglob("*") if f.is_file() and f.parent.name != exp.name}
+    again = run_script("train_appo.py", [*args, "--train_for_env_steps=40000"], check=True)
+    log_text = (exp / "log.txt").read_text()
+    assert "nothing to train: the run's checkpoints have reached 40000 env steps" in log_text, again.stdout[-2000:]
+    assert log_text.count("resumed from") == 1 and log_text.count("experiment cp: env") == 2, log_text[-2000:]
+    assert {f: f.stat().st_mtime_ns for f in exp.rglob("*") if f.is_file() and f.parent.name != exp.name} == files
+
 
 def test_synchronous_lag_is_zero_and_collect_ahead_at_most_one(train_dir):
     """Synchronous PPO trains every sample with the weights that collected it; with --collect_ahead the actors

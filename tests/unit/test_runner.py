@@ -12,7 +12,7 @@ import pytest
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
-from appo.driver.runner import check_shared_memory
+from appo.driver.preflight import check_shared_memory
 from appo.protocol.buffers import shared_bytes
 from appo.protocol.wiring import queue_bytes
 

@@ -1,0 +1,87 @@
+"""What the driver decides before any process exists, and the budgets that end every run loop: /dev/shm room for
+the run's shared tensors, checkpoints that fit the cfg's model, and a run resumed with its budget already spent
+(it trains nothing: a finished run's checkpoints stay as they are)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Any
+
+from appo.config.cfg import Cfg, experiment_dir
+from appo.config.derive import derive
+from appo.models.registry import make_model
+from appo.protocol.buffers import shared_bytes
+from appo.protocol.wiring import queue_bytes
+from utils.paths import checkpoint_dir
+
+
+def budget_spent(cfg: Cfg, env_steps: int, version: int, elapsed: float) -> str | None:
+    """Which of the run's budgets is spent (env steps trained by every policy, seconds of this session, learner
+    iterations: train/version), as the reason the run stops; None while none is. Every run loop stops by it."""
+    if env_steps >= cfg.train_for_env_steps:
+        return f"reached {cfg.train_for_env_steps} env steps" + (" per policy" if cfg.num_policies > 1 else "")
+    if elapsed >= cfg.train_for_seconds:
+        return f"ran {cfg.train_for_seconds:g} s"
+    if cfg.train_for_iterations > 0 and version >= cfg.train_for_iterations:
+        return f"reached {cfg.train_for_iterations} iterations (train/version)"
+    return None
+
+
+def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> tuple[int, int] | None:
+    """On resume, the newest readable checkpoint of every policy must fit this cfg's model; otherwise exit 2
+    before anything starts (a learner failing later would leave a half-started run). Returns the fewest env steps
+    and versions among those checkpoints, or None while some policy has none."""
+    from appo.learning.checkpoint import load_latest
+
+    try:
+        template = make_model(cfg, *spaces)
+    except ValueError as exc:  # spaces the algorithm's model cannot serve (SAC on discrete actions)
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    counters: list[tuple[int, int]] = []
+    for policy_id in range(cfg.num_policies):
+        loaded = load_latest(checkpoint_dir(experiment_dir(cfg), policy_id))
+        if loaded is None:
+            continue
+        state, path = loaded
+        if "env_steps" in state and "version" in state:
+            counters.append((int(state["env_steps"]), int(state["version"])))
+        try:
+            template.load_state_dict(state["model"])
+        except (KeyError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()
+            detail = next((line.strip() for line in first if "size mismatch" in line or "Missing" in line), first[0])
+            print(
+                f"error: {path}: does not fit the model of this cfg ({detail}); use the run's own settings or "
+                "another --experiment",
+                file=sys.stderr,
+            )
+            raise SystemExit(2) from None
+    if len(counters) < cfg.num_policies:
+        return None
+    return min(c[0] for c in counters), min(c[1] for c in counters)
+
+
+def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], shm: str = "/dev/shm") -> None:
+    """Refuse to start (exit 2) when /dev/shm cannot hold the run's shared tensors and queues: otherwise a
+    worker would die with SIGBUS mid-run (Docker's default /dev/shm is 64 MB)."""
+    if cfg.serial_mode or not os.path.isdir(shm):
+        return
+    need = shared_bytes(cfg, derive(cfg), *spaces) + queue_bytes(cfg.num_workers, cfg.num_policies)
+    free = shutil.disk_usage(shm).free
+    if need * 1.1 > free:
+        print(
+            f"error: {shm} has {free / 2**20:.0f} MB free, this run needs about {need * 1.1 / 2**20:.0f} MB: "
+            "enlarge it (e.g. docker --shm-size) or lower --num_workers, --num_envs_per_worker or --rollout",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+def spent_at_resume(cfg: Cfg, spaces: tuple[Any, Any]) -> str | None:
+    """The budget the run's checkpoints have already spent (env steps or iterations; a time budget is this
+    session's), after checking that they fit; None for a new run or one with training left."""
+    counters = check_checkpoints(cfg, spaces)
+    return None if counters is None else budget_spent(cfg, *counters, elapsed=0.0)
