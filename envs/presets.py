@@ -85,8 +85,9 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # training / 5,355 final policy deterministic / 5,493 best checkpoint against the shared trunk's 4,744 / 4,876 / 5,178,
 # each set of three ahead on the training median (4,905 and 5,026 against 4,767 and 4,735); lowest seed 2,940. Adam's
 # two averages at 0.99: half the preset's curve at 0.86M, stopped there (session 46).
-# Hopper keeps its 1M preset with the shared trunk (the separate one is not yet measured at 10M; 2,600 training / 2,611
-# deterministic / 3,329 best checkpoint at 10M, medians of 3, sessions 33-34): Walker2d's long-run steps left it on the
+# Hopper keeps its 1M preset with the shared trunk (2,600 training / 2,611 deterministic / 3,329 best checkpoint at
+# 10M, medians of 3, sessions 33-34; its 1M preset's separate value trunk gave 2,345 / 2,249 / 3,675 at 10M on the same
+# seeds, sessions 48-49, the swings after 2M still there): Walker2d's long-run steps left it on the
 # stable hop (2,046 / 2,198, two seeds) and its own steps with the falling KL target gave 2,411 / 2,840 / 3,406 (session
 # 35), a rate of 3e-4 2,476 / 2,635 / 3,470 (sessions 37-38) and PPO's KL early stop (--ppo_target_kl=0.02: a fifth of
 # the updates) 2,563 / 2,829 / 3,416 (session 41): no better on three seeds; the swings between gaits are not the size
