@@ -62,7 +62,10 @@ def test_udrl_follows_commands_on_the_chain_and_resumes(train_dir):
     assert iterations > 0 and updates == 100 * iterations
     assert (exp_dir / "checkpoint_p0" / "replay.pth").is_file()
 
-    second = run_script("train_appo.py", [*args, "--train_for_env_steps=7000"], check=True)
+    # The first run stops past 6,000 steps by however many its last batches held; resume with room beyond that
+    # checkpoint (a budget it has already reached trains nothing).
+    resume_budget = int(state["env_steps"]) + 1000
+    second = run_script("train_appo.py", [*args, f"--train_for_env_steps={resume_budget}"], check=True)
     loaded = re.search(r"UDRL: replay of (\d+) episodes loaded", second.stdout)
     assert loaded and int(loaded.group(1)) == min(500, state["udrl"]["episodes"]), second.stdout[-3000:]
     resumed = torch.load(list_checkpoints(exp_dir / "checkpoint_p0")[-1], weights_only=True)
