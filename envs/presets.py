@@ -84,7 +84,7 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # The value head reads its own MLP trunk (--separate_value_trunk; sessions 46-47, six seeds at 10M): medians 4,966
 # training / 5,355 final policy deterministic / 5,493 best checkpoint against the shared trunk's 4,744 / 4,876 / 5,178,
 # each set of three ahead on the training median (4,905 and 5,026 against 4,767 and 4,735); lowest seed 2,940. Seeds
-# 6-7 (session 49): 3,677 / 5,315; over eight seeds the medians are 4,966 / 5,251 / 5,493. Adam's
+# 6-8 (sessions 49-50): 3,677 / 5,315 / 4,963; over nine seeds the medians are 4,963 / 5,395 / 5,475. Adam's
 # two averages at 0.99: half the preset's curve at 0.86M, stopped there (session 46).
 # Hopper keeps its 1M preset with the shared trunk (2,600 training / 2,611 deterministic / 3,329 best checkpoint at
 # 10M, medians of 3, sessions 33-34; its 1M preset's separate value trunk gave 2,345 / 2,249 / 3,675 at 10M on the same
