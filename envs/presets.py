@@ -93,7 +93,9 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # 35), a rate of 3e-4 2,476 / 2,635 / 3,470 (sessions 37-38) and PPO's KL early stop (--ppo_target_kl=0.02: a fifth of
 # the updates) 2,563 / 2,829 / 3,416 (session 41): no better on three seeds; the swings between gaits are not the size
 # of the updates. Adam's two averages both at 0.99 (Dohare et al. 2023's remedy for policy collapse): 1,654 / 3,666 /
-# 1,806, swinging as before (sessions 43, 45).
+# 1,806, swinging as before (sessions 43, 45). A std ceiling falling to 0.2 never bound (Hopper's std falls faster on
+# its own, to 0.02-0.04 at 10M): three more runs of this preset, 3,434 / 3,521 / 1,279; over six runs on seeds 0-2
+# the median is 2,732 (session 50).
 # Humanoid's long runs cap the policy's std with a ceiling falling log-linearly from 0.37 to 0.15 over the run
 # (--std_ceiling_final; its actions are in [-0.4, 0.4], and the preset's 0.37 is nearly their half-range). At 10M,
 # seeds 0-2 (session 41): training return 4,560 / 4,940 / 5,046 (median 4,940, min 4,560) against the preset's
