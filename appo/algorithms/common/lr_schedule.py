@@ -6,7 +6,8 @@ collected the batch, multiplied by 1.5 when it moved less than half of it, and k
 that value over the run's budget, so the rate falls toward the end of a run as a linear decay's does.
 The rate is part of the learner's state: a resumed run goes on from the rate it had. It starts
 from --learning_rate, and starts again from it when PBT sets another.
-Also on the budget's clock: --std_ceiling_final's ceiling on a Gaussian policy's log-std (`log_std_ceiling`)."""
+Also on the budget's clock: --std_ceiling_final's ceiling on a Gaussian policy's log-std (`log_std_ceiling`); beside it
+the fixed --std_floor (`log_std_bounds` gives both)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,10 @@ def log_std_ceiling(cfg: Any, budget_used: float) -> float | None:
         return None
     start = cfg.initial_log_std
     return start + (math.log(final) - start) * min(max(budget_used, 0.0), 1.0)
+
+
+def log_std_bounds(cfg: Any, budget_used: float) -> tuple[float | None, float | None]:
+    """(lowest, highest) log-std a Gaussian policy may have with `budget_used` of the budget spent: log(--std_floor)
+    and `log_std_ceiling`, each None where its flag is 0."""
+    floor = math.log(cfg.std_floor) if cfg.std_floor > 0 else None
+    return floor, log_std_ceiling(cfg, budget_used)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
-from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_ceiling
+from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_bounds
 from appo.algorithms.common.returns import gae, vtrace
 from appo.algorithms.ppo.diagnostics import read_diagnostics
 from appo.config.cfg import Cfg
@@ -121,17 +121,17 @@ class PPO(Algorithm):
         stats["updates_done"] = count / (cfg.num_epochs * self.derived.minibatches_per_epoch)
         if probe is not None:
             stats |= read_diagnostics(self.ranks.sum_stats(diagnostics))
-        return stats | self._std_ceiling()
+        return stats | self._std_bounds()
 
-    def _std_ceiling(self) -> dict[str, float]:
-        """--std_ceiling_final's clamp of a Gaussian policy's log-std, and the std after it."""
+    def _std_bounds(self) -> dict[str, float]:
+        """--std_floor's and --std_ceiling_final's clamp of a Gaussian policy's log-std, and the std after it."""
         log_std = self.model.log_std
         if log_std is None:
             return {}
-        ceiling = log_std_ceiling(self.cfg, self.budget_used)
-        if ceiling is not None:  # the same on every rank: each rank's copy of the weights stays the same
+        floor, ceiling = log_std_bounds(self.cfg, self.budget_used)
+        if floor is not None or ceiling is not None:  # the same on every rank: the ranks' weights stay the same
             with torch.no_grad():
-                log_std.clamp_(max=ceiling)
+                log_std.clamp_(min=floor, max=ceiling)
         return {"std": float(log_std.detach().exp().mean())}
 
     # --- diagnostics --------------------------------------------------------------------------------

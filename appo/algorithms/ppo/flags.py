@@ -38,6 +38,11 @@ class PpoCfg:
         "over the run's budget (whichever of env steps, seconds, iterations ends it); below it the std is learned as "
         "before. 0: no ceiling",
     )
+    std_floor: float = flag(
+        0.0,
+        "where > 0: the lowest std a Gaussian policy may have, all run long (above it the std is learned as before; "
+        "a ceiling from --std_ceiling_final wins where the two cross). 0: no floor",
+    )
     bounds_loss_coeff: float = flag(
         0.0, "weight of a penalty on Gaussian means outside the action box (squared excess in half-ranges)"
     )
@@ -65,6 +70,8 @@ def verify_ppo(cfg: object) -> list[str]:
         errors.append(f"--exploration_schedule={cfg.exploration_schedule}: must be constant or linear_decay")  # type: ignore[attr-defined]
     if cfg.std_ceiling_final < 0:  # type: ignore[attr-defined]
         errors.append(f"--std_ceiling_final={cfg.std_ceiling_final}: must be >= 0 (0: no ceiling)")  # type: ignore[attr-defined]
+    if cfg.std_floor < 0:  # type: ignore[attr-defined]
+        errors.append(f"--std_floor={cfg.std_floor}: must be >= 0 (0: no floor)")  # type: ignore[attr-defined]
     if cfg.kl_loss_coeff < 0:  # type: ignore[attr-defined]
         errors.append(f"--kl_loss_coeff={cfg.kl_loss_coeff}: must be >= 0")  # type: ignore[attr-defined]
     if cfg.ppo_target_kl < 0:  # type: ignore[attr-defined]
