@@ -310,6 +310,9 @@ def test_presets() -> None:
     # Humanoid's long runs: a falling ceiling on the policy's std (session 41), none in shorter runs
     assert merge_cfg({"env": "Humanoid-v5", "train_for_env_steps": 10_000_000}, None).std_ceiling_final == 0.15
     assert merge_cfg({"env": "Humanoid-v5", "train_for_env_steps": 1_000_000}, None).std_ceiling_final == 0.0
+    # Hopper's long runs: a floor under the policy's std (session 51), none in shorter runs
+    assert merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 10_000_000}, None).std_floor == 0.1
+    assert merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 1_000_000}, None).std_floor == 0.0
 
 
 def test_importing_envs_does_not_import_mujoco() -> None:
