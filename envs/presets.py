@@ -97,7 +97,7 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # its own, to 0.02-0.04 at 10M): three more runs of this preset, 3,434 / 3,521 / 1,279; over six runs on seeds 0-2
 # the median is 2,732 (session 50). So Hopper's long runs hold the std at 0.1 or more (--std_floor; reached by 3.5M):
 # seeds 0-2 at 10M 3,207 / 3,324 / 2,303 (median 3,207, lowest 2,303 against the preset's 1,279 and 1,471),
-# deterministic 3,464, best checkpoint 3,568 (session 51).
+# deterministic 3,464, best checkpoint 3,568; seeds 3-4 3,304 / 3,138, five-seed median 3,207 (session 51).
 # Humanoid's long runs cap the policy's std with a ceiling falling log-linearly from 0.37 to 0.15 over the run
 # (--std_ceiling_final; its actions are in [-0.4, 0.4], and the preset's 0.37 is nearly their half-range). At 10M,
 # seeds 0-2 (session 41): training return 4,560 / 4,940 / 5,046 (median 4,940, min 4,560) against the preset's
