@@ -110,8 +110,15 @@ def runs_of(experiments: list[str]) -> list[psutil.Process]:
     return out
 
 
+def sweep_state(proc: subprocess.Popen, logs: list[Path]) -> str:
+    """What a failed wait saw: whether the sweep still runs, and the end of each run's log."""
+    state = "sweep running" if proc.poll() is None else f"sweep exited {proc.returncode}"
+    tails = [f"{log.parent.name}: {log.read_text(errors='replace')[-800:]}" for log in logs if log.is_file()]
+    return "\n".join([state, *tails])
+
+
 @needs_ray
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(200)
 def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(train_dir, monkeypatch):
     # Started as `nohup python -m appo.sweep ... &` would be, with SIGINT ignored: before the sweep took SIGINT back
     # ahead of Ray, its Ray workers inherited it ignored, ray.cancel could not interrupt a run's task and both runs
@@ -136,10 +143,10 @@ def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(tr
             assert proc.poll() is None, proc.communicate()[0][-3000:]
             time.sleep(0.5)
         assert trained(), "the runs did not train"
-        seen = time.monotonic() + 10  # the process table, read while the runs' processes start, can miss them
-        while not runs_of(names) and time.monotonic() < seen:
+        seen = time.monotonic() + 30  # the process table, read while the runs' processes start, can miss them
+        while not (found := runs_of(names)) and time.monotonic() < seen:
             time.sleep(0.2)
-        assert runs_of(names), "no run process seen"
+        assert found, f"no run process seen; {sweep_state(proc, logs)}"
         assert ray.look(), "no Ray process of the sweep seen"
         os.kill(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
