@@ -85,7 +85,8 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # training / 5,355 final policy deterministic / 5,493 best checkpoint against the shared trunk's 4,744 / 4,876 / 5,178,
 # each set of three ahead on the training median (4,905 and 5,026 against 4,767 and 4,735); lowest seed 2,940. Seeds
 # 6-8 (sessions 49-50): 3,677 / 5,315 / 4,963; over nine seeds the medians are 4,963 / 5,395 / 5,475. Adam's
-# two averages at 0.99: half the preset's curve at 0.86M, stopped there (session 46).
+# two averages at 0.99: half the preset's curve at 0.86M, stopped there (session 46). A std ceiling falling to 0.25
+# (binding from 6M) on seeds 0-2: 4,888 / 3,891 / 3,488, the noisy returns still lost to falls (session 52).
 # Hopper keeps its 1M preset with the shared trunk (2,600 training / 2,611 deterministic / 3,329 best checkpoint at
 # 10M, medians of 3, sessions 33-34; its 1M preset's separate value trunk gave 2,345 / 2,249 / 3,675 at 10M on the same
 # seeds, sessions 48-49, the swings after 2M still there): Walker2d's long-run steps left it on the
