@@ -130,6 +130,9 @@ class ModelCfg:
     normalize_returns: bool = _f(True, "running mean/std normalisation of value targets")
     initial_log_std: float = _f(0.0, "initial log standard deviation of Gaussian actions")
     separate_value_trunk: bool = _f(False, "the value head gets its own MLP encoder instead of sharing the policy's")
+    value_mlp_layers: list[int] = _f(
+        [], "hidden sizes of the separate value trunk (--separate_value_trunk); empty: those of --encoder_mlp_layers"
+    )
 
 
 @dataclass

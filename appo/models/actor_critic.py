@@ -54,6 +54,8 @@ class ActorCritic(nn.Module):
         super().__init__()
         if cfg.separate_value_trunk and cfg.use_rnn:
             raise ValueError("--separate_value_trunk: not supported with --use_rnn")
+        if cfg.value_mlp_layers and not cfg.separate_value_trunk:
+            raise ValueError("--value_mlp_layers: sizes the separate value trunk; add --separate_value_trunk")
         self.is_discrete = isinstance(action_space, gym.spaces.Discrete)
         self.use_rnn = cfg.use_rnn
         self.rnn_type = cfg.rnn_type
@@ -80,9 +82,10 @@ class ActorCritic(nn.Module):
         if not self.is_discrete and np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high)):
             bounds = (action_space.low.reshape(-1), action_space.high.reshape(-1))
             self.action_bounds = tuple(b.astype(np.float32) for b in bounds)  # type: ignore[assignment]
-        # With the separate trunk the value head reads that trunk's features, of the same width as the policy's
-        # (no core: see the check above).
-        self.value_head = nn.Linear(size, 1)
+        # With the separate trunk the value head reads that trunk's features (no core: see the check above), as wide
+        # as the policy's unless --value_mlp_layers sizes it.
+        value_layers = (cfg.value_mlp_layers or cfg.encoder_mlp_layers) if cfg.separate_value_trunk else []
+        self.value_head = nn.Linear(value_layers[-1] if value_layers else size, 1)
         # Small initial policy outputs keep the first actions near the centre of the action range.
         nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
         nn.init.zeros_(self.policy_head.bias)
@@ -90,7 +93,7 @@ class ActorCritic(nn.Module):
         # from the seeded generator are exactly those of models (and checkpoints) from before the option.
         self.value_encoder: nn.Sequential | None = None
         if cfg.separate_value_trunk:
-            self.value_encoder = build_mlp(obs_dim, cfg.encoder_mlp_layers, cfg.nonlinearity)[0]
+            self.value_encoder = build_mlp(obs_dim, value_layers, cfg.nonlinearity)[0]
 
     # --- pieces -----------------------------------------------------------------------------------
     def normalize_obs(self, obs: Tensor) -> Tensor:

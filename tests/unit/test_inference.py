@@ -33,6 +33,7 @@ CASES = {
     "gru": (Cfg(use_rnn=True, rnn_size=16), BOX),
     "lstm": (Cfg(use_rnn=True, rnn_type="lstm", rnn_size=16, nonlinearity="elu"), gym.spaces.Discrete(3)),
     "value_trunk": (Cfg(separate_value_trunk=True), BOX),
+    "value_trunk_wide": (Cfg(separate_value_trunk=True, value_mlp_layers=[96, 48]), BOX),
     "sac": (Cfg(algo="sac", actor_mlp_layers=[32, 32]), gym.spaces.Box(-2.0, 2.0, (3,), np.float32)),
     "maml": (Cfg(algo="maml_trpo", maml_mlp_layers=[32, 32]), BOX),
     "maml_discrete": (Cfg(algo="maml_trpo", maml_mlp_layers=[32, 32]), gym.spaces.Discrete(4)),

@@ -14,6 +14,7 @@ from torch import nn
 from torch.func import functional_call
 
 from appo.config.cfg import Cfg
+from appo.config.verify import verify
 from appo.models.actor_critic import ActorCritic
 from appo.models.registry import MODELS, make_model, register_model
 
@@ -201,6 +202,33 @@ def test_separate_value_trunk():
     last = model(obs, actions, states, dones, 1)
     torch.testing.assert_close(last.log_probs, after.log_probs)
     assert not torch.allclose(last.values, after.values)
+
+
+def test_value_trunk_widths():
+    """--value_mlp_layers sizes the separate trunk (and the value head after it); the policy's side stays as it was."""
+    plain = make_model(Cfg(separate_value_trunk=True, encoder_mlp_layers=[16, 8]), OBS, BOX)
+    cfg = Cfg(separate_value_trunk=True, encoder_mlp_layers=[16, 8], value_mlp_layers=[32, 24, 12])
+    wide = make_model(cfg, OBS, BOX)
+    linear = [m for m in wide.value_encoder if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linear] == [(OBS.shape[0], 32), (32, 24), (24, 12)]
+    assert wide.value_head.in_features == 12
+    assert {k: v.shape for k, v in wide.state_dict().items() if "value" not in k} == {
+        k: v.shape for k, v in plain.state_dict().items() if "value" not in k
+    }
+    obs, actions, states, dones = trajectories(wide, None)
+    assert wide(obs, actions, states, dones, 1).values.shape == obs.shape[:2]
+    with pytest.raises(ValueError, match="^--value_mlp_layers: sizes the separate value trunk; add --separate_"):
+        make_model(Cfg(value_mlp_layers=[32]), OBS, BOX)
+
+
+def test_value_trunk_flags_are_verified():
+    assert verify(Cfg(separate_value_trunk=True, value_mlp_layers=[256, 256])) == []
+    assert verify(Cfg(value_mlp_layers=[256, 256])) == [
+        "--value_mlp_layers 256 256: sizes the separate value trunk; add --separate_value_trunk"
+    ]
+    assert verify(Cfg(separate_value_trunk=True, value_mlp_layers=[64, 0])) == [
+        "--value_mlp_layers 64 0: every hidden size must be > 0"
+    ]
 
 
 def test_separate_value_trunk_is_refused_with_a_core():

@@ -129,6 +129,10 @@ def test_a_stack_refuses_members_of_other_architectures():
     for other in [Cfg(nonlinearity="relu"), Cfg(encoder_mlp_layers=[64, 32]), Cfg(separate_value_trunk=True)]:
         with pytest.raises(ValueError, match="member 1 has another architecture"):
             NumpyPolicyStack([base, NumpyPolicy(random_model(other, space), seed=1)], seed=0)
+    trunk = NumpyPolicy(random_model(Cfg(separate_value_trunk=True), space), seed=0)
+    wide = NumpyPolicy(random_model(Cfg(separate_value_trunk=True, value_mlp_layers=[64, 32]), space), seed=1)
+    with pytest.raises(ValueError, match="member 1 has another architecture"):
+        NumpyPolicyStack([trunk, wide], seed=0)
     discrete = NumpyPolicy(random_model(Cfg(), gym.spaces.Discrete(3)), seed=1)
     with pytest.raises(ValueError, match="another architecture"):
         NumpyPolicyStack([base, discrete], seed=0)
@@ -136,11 +140,13 @@ def test_a_stack_refuses_members_of_other_architectures():
         NumpyPolicyStack([], seed=0)
 
 
+@pytest.mark.parametrize("value_layers", [[], [48, 16, 8]])
 @pytest.mark.parametrize("discrete", [False, True])
-def test_separate_value_trunk_matches_torch(discrete):
-    """Values from the value trunk (and log-probs from the policy's encoder), alone and in a stack."""
+def test_separate_value_trunk_matches_torch(discrete, value_layers):
+    """Values from the value trunk (of the policy's widths or its own) and log-probs from the policy's encoder,
+    alone and in a stack."""
     space = gym.spaces.Discrete(4) if discrete else gym.spaces.Box(-1, 1, (3,), np.float32)
-    cfg = Cfg(separate_value_trunk=True, nonlinearity="elu")
+    cfg = Cfg(separate_value_trunk=True, nonlinearity="elu", value_mlp_layers=value_layers)
     models = [random_model(cfg, space, seed=s) for s in range(3)]
     rng = np.random.default_rng(8)
     obs = (rng.standard_normal((29, 5)) * 6).astype(np.float32)  # some beyond the clip
