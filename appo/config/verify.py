@@ -10,6 +10,7 @@ from appo.algorithms.registry import ALGORITHMS, algorithm_spec
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived, derive, learner_devices
 from appo.config.pbt import verify_pbt
+from appo.config.trunk import value_trunk_errors
 
 LR_SCHEDULES = ("constant", "linear_decay", "kl_adaptive_minibatch", "kl_adaptive_epoch")
 
@@ -63,7 +64,7 @@ def verify(cfg: Cfg) -> list[str]:
         errors.append(str(exc))
     if cfg.save_best_metric == "eval" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
         errors.append("--save_best_metric=eval: needs --eval_interval > 0 (or --meta_test_interval for task envs)")
-    errors += _family_sizes(cfg) + _value_trunk(cfg)
+    errors += _family_sizes(cfg) + value_trunk_errors(cfg)
     if cfg.train_for_iterations < 0:
         errors.append(f"--train_for_iterations={cfg.train_for_iterations}: must be >= 0 (0: no limit)")
     if cfg.max_policy_lag < 0:
@@ -77,15 +78,6 @@ def verify(cfg: Cfg) -> list[str]:
     errors += verify_learner_ranks(cfg, d) + verify_backend(cfg) + verify_tracking(cfg)
 
     return errors + verify_pbt(cfg)
-
-
-def _value_trunk(cfg: Cfg) -> list[str]:
-    sizes = " ".join(map(str, cfg.value_mlp_layers))
-    if cfg.value_mlp_layers and not cfg.separate_value_trunk:
-        return [f"--value_mlp_layers {sizes}: sizes the separate value trunk; add --separate_value_trunk"]
-    if any(size <= 0 for size in cfg.value_mlp_layers):
-        return [f"--value_mlp_layers {sizes}: every hidden size must be > 0"]
-    return []
 
 
 def _lr_schedule(cfg: Cfg) -> list[str]:

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from appo.config.cfg import Cfg
+from appo.config.trunk import value_trunk_errors
 from appo.models.distributions import Categorical, DiagGaussian
 from appo.models.normalize import RunningMeanStd
 from appo.models.registry import register_model
@@ -52,10 +53,8 @@ class EvalOutput(NamedTuple):
 class ActorCritic(nn.Module):
     def __init__(self, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> None:
         super().__init__()
-        if cfg.separate_value_trunk and cfg.use_rnn:
-            raise ValueError("--separate_value_trunk: not supported with --use_rnn")
-        if cfg.value_mlp_layers and not cfg.separate_value_trunk:
-            raise ValueError("--value_mlp_layers: sizes the separate value trunk; add --separate_value_trunk")
+        if errors := value_trunk_errors(cfg):
+            raise ValueError(errors[0])
         self.is_discrete = isinstance(action_space, gym.spaces.Discrete)
         self.use_rnn = cfg.use_rnn
         self.rnn_type = cfg.rnn_type

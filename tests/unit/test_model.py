@@ -217,7 +217,7 @@ def test_value_trunk_widths():
     }
     obs, actions, states, dones = trajectories(wide, None)
     assert wide(obs, actions, states, dones, 1).values.shape == obs.shape[:2]
-    with pytest.raises(ValueError, match="^--value_mlp_layers: sizes the separate value trunk; add --separate_"):
+    with pytest.raises(ValueError, match="^--value_mlp_layers 32: sizes the separate value trunk; add --separate_"):
         make_model(Cfg(value_mlp_layers=[32]), OBS, BOX)
 
 
@@ -229,6 +229,8 @@ def test_value_trunk_flags_are_verified():
     assert verify(Cfg(separate_value_trunk=True, value_mlp_layers=[64, 0])) == [
         "--value_mlp_layers 64 0: every hidden size must be > 0"
     ]
+    refused = "--separate_value_trunk: not supported with --use_rnn"
+    assert verify(Cfg(use_rnn=True, separate_value_trunk=True)) == [refused]
 
 
 def test_separate_value_trunk_is_refused_with_a_core():

@@ -1,0 +1,18 @@
+"""The value trunk's flags, checked in one place: at startup (verify.py) and when a model is built (actor_critic.py),
+so a Cfg made in Python meets the same rules as one from the command line."""
+
+from __future__ import annotations
+
+from appo.config.cfg import Cfg
+
+
+def value_trunk_errors(cfg: Cfg) -> list[str]:
+    """One line per broken rule of --separate_value_trunk and --value_mlp_layers; empty when they are consistent."""
+    sizes = " ".join(map(str, cfg.value_mlp_layers))
+    if cfg.separate_value_trunk and cfg.use_rnn:
+        return ["--separate_value_trunk: not supported with --use_rnn"]
+    if cfg.value_mlp_layers and not cfg.separate_value_trunk:
+        return [f"--value_mlp_layers {sizes}: sizes the separate value trunk; add --separate_value_trunk"]
+    if any(size <= 0 for size in cfg.value_mlp_layers):
+        return [f"--value_mlp_layers {sizes}: every hidden size must be > 0"]
+    return []
