@@ -7,7 +7,7 @@ from appo.config.cfg import Cfg
 
 
 def value_trunk_errors(cfg: Cfg) -> list[str]:
-    """One line per broken rule of --separate_value_trunk and --value_mlp_layers; empty when they are consistent."""
+    """The first broken rule of --separate_value_trunk and --value_mlp_layers as one line; empty when they agree."""
     sizes = " ".join(map(str, cfg.value_mlp_layers))
     if cfg.separate_value_trunk and cfg.use_rnn:
         return ["--separate_value_trunk: not supported with --use_rnn"]
