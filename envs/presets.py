@@ -95,7 +95,7 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # 5,612 deterministic / 5,400 best checkpoint: steadier without the noise, no fewer falls with it (session 55).
 # A 128-128 policy trunk (the value trunk at 64-64): seeds 0-2 4,894 / 4,679 / 4,814, deterministic median 5,436,
 # best checkpoint 5,540; its std stays higher (0.43-0.46 at 10M against 0.31-0.38), lost to falls (session 56).
-# Minibatches of 2,048 (2 a epoch, the same samples): seeds 0-2 4,081 / 4,451 / 4,694, deterministic median 4,875:
+# Minibatches of 2,048 (two an epoch, the same samples): seeds 0-2 4,081 / 4,451 / 4,694, deterministic median 4,875:
 # ahead at 1M, behind from 4M, fewer falls but slower gaits (session 56).
 # Hopper keeps its 1M preset with the shared trunk (2,600 training / 2,611 deterministic / 3,329 best checkpoint at
 # 10M, medians of 3, sessions 33-34; its 1M preset's separate value trunk gave 2,345 / 2,249 / 3,675 at 10M on the same
