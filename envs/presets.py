@@ -97,6 +97,8 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # best checkpoint 5,540; its std stays higher (0.43-0.46 at 10M against 0.31-0.38), lost to falls (session 56).
 # Minibatches of 2,048 (two an epoch, the same samples): seeds 0-2 4,081 / 4,451 / 4,694, deterministic median 4,875:
 # ahead at 1M, behind from 4M, fewer falls but slower gaits (session 56).
+# Four epochs instead of two: seeds 0-2 4,269 / 4,263 / 4,367, deterministic median 4,722; the std stayed higher
+# (0.43-0.45 at 10M) and no seed stopped falling (session 57).
 # Hopper keeps its 1M preset with the shared trunk (2,600 training / 2,611 deterministic / 3,329 best checkpoint at
 # 10M, medians of 3, sessions 33-34; its 1M preset's separate value trunk gave 2,345 / 2,249 / 3,675 at 10M on the same
 # seeds, sessions 48-49, the swings after 2M still there): Walker2d's long-run steps left it on the
