@@ -7,6 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+try:  # set up first: setproctitle finds the process's argv memory through the first environment variable, which
+    # gymnasium and tensorboardX may rewrite on import (a run whose environment began with theirs had no `appo:` title)
+    import setproctitle
+
+    setproctitle.getproctitle()
+except ImportError:  # optional for correctness: titles only help `ps`, `top` and the fault tests
+    pass
+
 __version__ = "0.1.0"
 __all__ = ["load_policy", "train"]
 
