@@ -101,7 +101,7 @@ MUJOCO_FAMILY_PRESETS: dict[str, dict[str, Any]] = {
 # (0.43-0.45 at 10M) and no seed stopped falling (session 57).
 # A KL target ending at 0.002 (a larger rate late: 1.7e-4 over the last million against 5e-5 to 8e-5): seeds 0-2
 # 4,243 / 4,902 / 4,028, deterministic median 4,748; ahead at 1-2M, behind from 4M (session 58).
-# The gradient clipped at 0.5 (the preset's clip never binds; 0.5 does on most steps): seeds 0-2 4,565 / 6,923 /
+# The gradient clipped at 0.5 (norms early are 0.4-0.75, under the preset's 3.5): seeds 0-2 4,565 / 6,923 /
 # 4,419, deterministic median 4,817: one seed far ahead, two behind (session 61).
 # Hopper keeps its 1M preset with the shared trunk (2,600 training / 2,611 deterministic / 3,329 best checkpoint at
 # 10M, medians of 3, sessions 33-34; its 1M preset's separate value trunk gave 2,345 / 2,249 / 3,675 at 10M on the same
