@@ -1,11 +1,24 @@
+"""appo's package: the wheel installs one top-level package, `appo`. The checkout keeps envs/ and utils/ beside
+appo/ (appo/envs and appo/utils are links to them), so they install as appo.envs and appo.utils; train_appo.py
+and enjoy.py stay in the checkout and install as the console scripts appo-train and appo-enjoy (appo/cli.py)."""
+
 from setuptools import find_packages, setup
+
+PROGRAMS = ["train", "enjoy", "plot", "sweep", "export", "runs"]
 
 setup(
     name="appo",
     version="0.1.0",
     description="Asynchronous PPO over shared memory for continuous control and meta-RL",
-    packages=find_packages(include=["appo", "appo.*", "envs", "envs.*", "utils", "utils.*"]),
-    py_modules=["train_appo", "enjoy"],
+    # find_packages follows the links appo/envs and appo/utils; package_dir says the same for a checkout without
+    # them (an archive that dropped links), so the wheel never holds top-level envs or utils.
+    packages=sorted(
+        set(find_packages(include=["appo", "appo.*"]))
+        | {"appo.envs", "appo.utils"}
+        | {f"appo.{p}" for p in find_packages(include=["envs.*", "utils.*"])}
+    ),
+    package_dir={"appo.envs": "envs", "appo.utils": "utils"},
+    entry_points={"console_scripts": [f"appo-{name} = appo.cli:{name}" for name in PROGRAMS]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.1",

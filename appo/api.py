@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from utils.paths import cfg_path, checkpoint_dir
+from appo.utils.paths import cfg_path, checkpoint_dir
 
 
 class TrainError(RuntimeError):
@@ -57,7 +57,7 @@ def _unhook_logging(tee: Any) -> None:
     """Point the appo logger's console handler (made during the run, on the redirected stderr) back at stderr."""
     import logging
 
-    from utils.logging import log
+    from appo.utils.logging import log
 
     for handler in log.handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream is tee:

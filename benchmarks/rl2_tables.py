@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from envs import make_env  # noqa: E402
-from envs import meta_baselines as mb  # noqa: E402
-from envs.tasks import task_split  # noqa: E402
+from appo.envs import make_env  # noqa: E402
+from appo.envs import meta_baselines as mb  # noqa: E402
+from appo.envs.tasks import task_split  # noqa: E402
 
 # (n, k) -> the paper's Random, Gittins, TS, UCB1, RL^2 (Table 1, as quoted in issue 35).
 PAPER_BANDITS = {

@@ -39,7 +39,7 @@ def _raw_worker(env_name: str, seconds: float, out: mp.Queue, actions: str, std:
     import gymnasium as gym
     import numpy as np
 
-    from envs import make_env
+    from appo.envs import make_env
 
     env = make_env(env_name)
     env.reset(seed=os.getpid())

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 if TYPE_CHECKING:
-    from envs.schedules import TaskAssigner, TaskSchedule
-    from envs.tasks import Task
+    from appo.envs.schedules import TaskAssigner, TaskSchedule
+    from appo.envs.tasks import Task
 
 # Project envs (meta-task families) register their constructors here: name -> callable(**kwargs) -> Env. A
 # constructor applies its env's TimeLimit itself and takes `max_episode_steps` (> 0) to override its length.
@@ -67,7 +67,7 @@ def env_kwargs(cfg: Any) -> dict[str, Any]:
 
 
 def is_task_env(env: gym.Env) -> bool:
-    from envs.tasks import TaskFamily
+    from appo.envs.tasks import TaskFamily
 
     return isinstance(getattr(env, "unwrapped", env), TaskFamily)
 
@@ -78,7 +78,7 @@ def trial_length(cfg: Any) -> int:
     length too, so their returns compare with the training returns. `cfg` is an appo Cfg."""
     if cfg.task_schedule == "none":
         return 1
-    from envs.schedules import make_schedule
+    from appo.envs.schedules import make_schedule
 
     # Ask the schedule rather than repeat its rules here: which schedules override --episodes_per_trial is
     # envs/schedules.py's business. The placeholder task list only satisfies the constructor.
@@ -95,7 +95,7 @@ def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: 
     env = _reward_conditioning(cfg, env)
     if cfg.task_schedule == "none":
         return env
-    from envs.wrappers import MetaTaskWrapper
+    from appo.envs.wrappers import MetaTaskWrapper
 
     try:
         _, schedule = _run_schedule(cfg, env, env_idx, split)
@@ -112,7 +112,7 @@ def _reward_conditioning(cfg: Any, env: gym.Env) -> gym.Env:
     dims = getattr(cfg, "command_dims", 0)
     if not getattr(cfg, "sparse_reward", False) and not dims:
         return env
-    from envs.reward_conditioning import CommandObservation, SparseReward
+    from appo.envs.reward_conditioning import CommandObservation, SparseReward
 
     if getattr(cfg, "sparse_reward", False):
         env = SparseReward(env)
@@ -131,7 +131,7 @@ def make_task_assigner(cfg: Any, env: gym.Env, env_idx: int) -> TaskAssigner | N
     schedule (--task_schedule=none). `cfg` is an appo Cfg."""
     if cfg.task_schedule == "none":
         return None
-    from envs.schedules import TaskAssigner
+    from appo.envs.schedules import TaskAssigner
 
     return TaskAssigner(*_run_schedule(cfg, env, env_idx, "train"))
 
@@ -151,7 +151,7 @@ _SPLITS: dict[tuple[Any, ...], tuple[list[Task], list[Task]]] = {}
 
 
 def _run_split(cfg: Any, env: gym.Env) -> tuple[list[Task], list[Task]]:
-    from envs.tasks import task_split
+    from appo.envs.tasks import task_split
 
     family = type(getattr(env, "unwrapped", env))
     key = (family, tuple(sorted(env_kwargs(cfg).items())), cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
@@ -164,7 +164,7 @@ def _run_split(cfg: Any, env: gym.Env) -> tuple[list[Task], list[Task]]:
 def _run_schedule(cfg: Any, env: gym.Env, env_idx: int, split: str) -> tuple[list[Task], TaskSchedule]:
     """The `split` tasks of a run and the schedule of env `env_idx` over them: the one rule behind the
     wrapper's schedule and the actor's task assigner."""
-    from envs.schedules import make_schedule
+    from appo.envs.schedules import make_schedule
 
     if not is_task_env(env):
         raise UnknownEnvError(
@@ -190,18 +190,18 @@ def _project_env(module: str, class_name: str, max_episode_steps: int = 0, **kwa
 
 # Meta-task families (envs/tasks.py): name -> (module, class). Registering imports none of those modules.
 _PROJECT_ENV_CLASSES: dict[str, tuple[str, str]] = {
-    "ant_dir": ("envs.ant", "AntDirEnv"),
-    "ant_dir2d": ("envs.ant", "AntDir2DEnv"),
-    "ant_vel": ("envs.ant", "AntVelEnv"),
-    "ant_goal": ("envs.ant", "AntGoalEnv"),
-    "half_cheetah_vel": ("envs.half_cheetah", "HalfCheetahVelEnv"),
-    "half_cheetah_dir": ("envs.half_cheetah", "HalfCheetahDirEnv"),
-    "navigation2d": ("envs.navigation2d", "Navigation2DEnv"),
-    "bandit": ("envs.bandits", "BanditEnv"),
-    "gaussian_bandit": ("envs.bandits", "GaussianBanditEnv"),
-    "tabular_mdp": ("envs.tabular_mdp", "TabularMDPEnv"),
-    "humanoid_dir": ("envs.humanoid", "HumanoidDirEnv"),
-    "lunar_lander_wind": ("envs.lunar_lander_wind", "LunarLanderWindEnv"),
+    "ant_dir": ("appo.envs.ant", "AntDirEnv"),
+    "ant_dir2d": ("appo.envs.ant", "AntDir2DEnv"),
+    "ant_vel": ("appo.envs.ant", "AntVelEnv"),
+    "ant_goal": ("appo.envs.ant", "AntGoalEnv"),
+    "half_cheetah_vel": ("appo.envs.half_cheetah", "HalfCheetahVelEnv"),
+    "half_cheetah_dir": ("appo.envs.half_cheetah", "HalfCheetahDirEnv"),
+    "navigation2d": ("appo.envs.navigation2d", "Navigation2DEnv"),
+    "bandit": ("appo.envs.bandits", "BanditEnv"),
+    "gaussian_bandit": ("appo.envs.bandits", "GaussianBanditEnv"),
+    "tabular_mdp": ("appo.envs.tabular_mdp", "TabularMDPEnv"),
+    "humanoid_dir": ("appo.envs.humanoid", "HumanoidDirEnv"),
+    "lunar_lander_wind": ("appo.envs.lunar_lander_wind", "LunarLanderWindEnv"),
 }
 # Families whose size comes from the run's flags: cfg key -> constructor keyword (`env_kwargs`).
 _BANDIT_KEYS = {"num_arms": "num_arms"}

@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from envs.tasks import Task, TaskEnvMixin
+from appo.envs.tasks import Task, TaskEnvMixin
 
 
 class BanditEnv(TaskEnvMixin, gym.Env[NDArray[np.float32], np.int64]):

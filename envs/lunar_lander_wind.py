@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium.envs.box2d.lunar_lander import LunarLander
 
-from envs.tasks import Task, TaskEnvMixin
+from appo.envs.tasks import Task, TaskEnvMixin
 
 WIND_POWER = (0.0, 20.0)
 TURBULENCE_POWER = (0.0, 2.0)

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from envs.tabular_mdp import mdp_arrays
+from appo.envs.tabular_mdp import mdp_arrays
 
 Tasks = Sequence[Mapping[str, float]]
 

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from envs.tasks import Task
+from appo.envs.tasks import Task
 
 SCHEDULES = ("none", "per_episode", "per_trial", "fixed", "curriculum")
 

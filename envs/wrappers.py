@@ -21,8 +21,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envs.schedules import TaskSchedule
-from envs.tasks import Task, task_family
+from appo.envs.schedules import TaskSchedule
+from appo.envs.tasks import Task, task_family
 
 
 def _action_width(space: gym.Space) -> int:

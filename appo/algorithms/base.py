@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from appo.algorithms.common.ranks import Ranks
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
-from utils.logging import log
+from appo.utils.logging import log
 
 MAX_NONFINITE_IN_A_ROW = 10  # updates with NaN/inf loss or gradients in a row before the run stops
 

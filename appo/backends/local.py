@@ -23,8 +23,8 @@ from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import spawn_context, stop_processes
 from appo.protocol.shared_views import for_actor_process
 from appo.protocol.wiring import Queues, actor_inbox, close_all, policy_queue, send, wire
-from utils.logging import log
-from utils.paths import checkpoint_dir
+from appo.utils.logging import log
+from appo.utils.paths import checkpoint_dir
 
 # Seconds each kind of process is given to exit after its Stop, before SIGTERM and then SIGKILL (1 s later): at the
 # end of a run, and after a signal (in all 2 + 2 + 6 + 1 s and four 1-s graces: within 15 s of the signal).

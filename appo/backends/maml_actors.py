@@ -34,7 +34,7 @@ from appo.protocol.messages import ErrorReport, SlotsReleased, Stop, TrajectoryR
 from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import spawn_context, stop_processes
 from appo.protocol.wiring import actor_inbox, close_all, send, wire
-from utils.logging import log
+from appo.utils.logging import log
 
 RESULT_TIMEOUT = 0.5  # seconds between supervision checks while waiting for rollouts
 

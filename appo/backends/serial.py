@@ -21,7 +21,7 @@ from appo.protocol.wiring import actor_inbox, policy_queue, send, wire
 from appo.sampling.actor_worker import ActorWorker
 from appo.sampling.evaluator import Evaluator
 from appo.sampling.policy_worker import make_policy_workers
-from utils.paths import checkpoint_dir
+from appo.utils.paths import checkpoint_dir
 
 
 class SerialBackend:

@@ -29,7 +29,7 @@ from typing import Any
 
 from appo.protocol.processes import start_process
 from appo.protocol.wiring import POLICY_QUEUE_SPARES
-from utils.logging import log
+from appo.utils.logging import log
 
 
 class Child:

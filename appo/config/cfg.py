@@ -275,7 +275,7 @@ def merge_cfg(explicit: dict[str, Any], saved: dict[str, Any] | None, cls: type 
     """Apply the precedence order: defaults < env preset < the algorithm's defaults < saved cfg.json < explicit
     flags. Presets are tuned for PPO: another algorithm takes only their task settings (envs/presets.py TASK_KEYS),
     then its own defaults of shared flags (SAC's --batch_size=256)."""
-    from envs.presets import env_preset  # envs/ knows its envs; cfg does not
+    from appo.envs.presets import env_preset  # envs/ knows its envs; cfg does not
 
     env_name = explicit.get("env") or (saved or {}).get("env") or Cfg.env
     algo = explicit.get("algo") or (saved or {}).get("algo") or Cfg.algo

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from appo.driver.stats import RETURN_WINDOW, PolicyStats, Stats
-from utils.logging import log
-from utils.paths import checkpoint_dir, write_text_atomic
+from appo.utils.logging import log
+from appo.utils.paths import checkpoint_dir, write_text_atomic
 
 WINDOW_FILE = "episode_window.json"
 

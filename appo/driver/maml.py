@@ -34,12 +34,12 @@ from appo.backends.maml_actors import ActorPool
 from appo.config.cfg import Cfg, experiment_dir
 from appo.driver.preflight import budget_spent
 from appo.driver.runner import STOP_SIGNALS, prepare
+from appo.envs import PROJECT_ENVS, UnknownEnvError, env_kwargs, is_task_env, make_env
+from appo.envs.tasks import task_split
 from appo.learning.checkpoint import load_checkpoint, load_latest, save_checkpoint
 from appo.protocol.processes import limit_threads
-from envs import PROJECT_ENVS, UnknownEnvError, env_kwargs, is_task_env, make_env
-from envs.tasks import task_split
-from utils.logging import log
-from utils.paths import checkpoint_dir, summaries_dir
+from appo.utils.logging import log
+from appo.utils.paths import checkpoint_dir, summaries_dir
 
 TRAIN, VALID = 0, 1  # episode buffers, and the seed streams of training episodes
 META_TEST_STREAM = 2  # + adaptation step: the meta-test's episodes (and enjoy.py's)

@@ -24,8 +24,8 @@ from appo.config.cfg import Cfg
 from appo.config.pbt import Event, Population
 from appo.driver.stats import PolicyStats
 from appo.protocol.messages import CopyPolicy, SetHyperparams
-from utils.logging import log
-from utils.paths import write_text_atomic
+from appo.utils.logging import log
+from appo.utils.paths import write_text_atomic
 
 BEST_POLICY_FILE = "best_policy.json"
 PBT_LOG_FILE = "pbt.jsonl"

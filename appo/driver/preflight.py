@@ -14,7 +14,7 @@ from appo.config.derive import derive
 from appo.models.registry import make_model
 from appo.protocol.buffers import shared_bytes
 from appo.protocol.wiring import queue_bytes
-from utils.paths import checkpoint_dir
+from appo.utils.paths import checkpoint_dir
 
 
 def budget_spent(cfg: Cfg, env_steps: int, version: int, elapsed: float) -> str | None:

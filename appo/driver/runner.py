@@ -28,13 +28,13 @@ from appo.driver.pbt_controller import PbtController
 from appo.driver.preflight import budget_spent, check_shared_memory, spent_at_resume
 from appo.driver.run_lock import hold_run_dir, released_at_end
 from appo.driver.stats import Stats, SummaryWriters, eval_line
+from appo.envs import UnknownEnvError, make_run_env, make_task_assigner
 from appo.protocol.buffers import allocate_control, allocate_trajectories
 from appo.protocol.control import ControlChannel, control_channel
 from appo.protocol.messages import ErrorReport, EvalReport, EvalRequest, HyperparamsReport, ReturnSummary
 from appo.protocol.processes import process_title, set_process_title
-from envs import UnknownEnvError, make_run_env, make_task_assigner
-from utils.logging import init_logging, log
-from utils.paths import cfg_path, log_path, write_text_atomic
+from appo.utils.logging import init_logging, log
+from appo.utils.paths import cfg_path, log_path, write_text_atomic
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

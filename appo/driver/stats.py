@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from appo.algorithms.registry import ALGORITHMS
+from appo.envs.wrappers import task_bucket
 from appo.protocol.messages import EpisodeReport, EvalReport, HyperparamsReport, TrainReport
-from envs.wrappers import task_bucket
 
 FPS_WINDOWS = (10, 60, 300)  # seconds
 RETURN_WINDOW = 100  # episodes averaged for the return statistics

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from appo.config.cfg import Cfg, cfg_to_dict
-from utils.logging import log
-from utils.paths import write_text_atomic
+from appo.utils.logging import log
+from appo.utils.paths import write_text_atomic
 
 IDS_FILE = "wandb_ids.json"  # {"<policy id>": "<wandb run id>"} in the run's folder
 STEP = "env_steps"  # the x-axis of every metric, logged with each row

@@ -119,13 +119,13 @@ class Policy:
         run's length, tasks drawn with the run's seed (or always test task `task`; for a run without a schedule,
         MAML-TRPO's, test task `task` of the family's seeded split, as its meta-test); a reward-conditioned policy's
         env starts its episodes from the saved command. Needs the env's packages (MuJoCo ...), not torch."""
-        from envs import make_run_env, trial_length
+        from appo.envs import make_run_env, trial_length
 
         cfg = self.cfg
         meta = cfg.task_schedule != "none"
         env = make_run_env(cfg, split="test" if meta else "train", render_mode=render_mode)
         if meta:
-            from envs.schedules import SequenceSchedule, TaskSchedule
+            from appo.envs.schedules import SequenceSchedule, TaskSchedule
 
             tests = env.schedule.tasks
             if task is None:
@@ -133,7 +133,7 @@ class Policy:
             else:
                 env.schedule = SequenceSchedule([tests[task]], trial_length(cfg))
         elif task is not None:  # a run without a schedule (MAML-TRPO's): held-out test task `task` of the family
-            from envs.tasks import task_family, task_split
+            from appo.envs.tasks import task_family, task_split
 
             tests = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)[1]
             task_family(env).set_task(tests[task])

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from utils.paths import BEST_CHECKPOINT_RE as _BEST_RE
-from utils.paths import CHECKPOINT_RE as _CKPT_RE
+from appo.utils.paths import BEST_CHECKPOINT_RE as _BEST_RE
+from appo.utils.paths import CHECKPOINT_RE as _CKPT_RE
 
 log = logging.getLogger("appo")
 

@@ -38,8 +38,8 @@ from appo.protocol.messages import (
     TrajectoryReady,
 )
 from appo.protocol.param_sync import ParamStore
-from utils.logging import log
-from utils.timing import Timing
+from appo.utils.logging import log
+from appo.utils.timing import Timing
 
 REPLAY_FILE = "replay.pth"  # beside the checkpoints: an off-policy algorithm's replay (--save_replay)
 

@@ -28,7 +28,7 @@ from appo.protocol.messages import ShardReady, Stop
 from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import component_main, limit_threads
 from appo.protocol.wiring import Queues, send
-from utils.logging import log
+from appo.utils.logging import log
 
 
 class TrainerThread:

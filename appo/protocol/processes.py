@@ -18,8 +18,8 @@ from typing import Any
 
 from appo.config.cfg import Cfg, experiment_dir
 from appo.protocol.messages import ErrorReport
-from utils.logging import init_logging, log
-from utils.paths import log_path
+from appo.utils.logging import init_logging, log
+from appo.utils.paths import log_path
 
 
 @contextlib.contextmanager

@@ -25,14 +25,14 @@ import numpy as np
 
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
+from appo.envs import make_run_env
 from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
 from appo.protocol.processes import component_main
 from appo.protocol.shared_views import ParamViews, numpy_views
 from appo.protocol.wiring import Queues, actor_inbox, send
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.inference import Inference, make_numpy_inference
-from envs import make_run_env
-from utils.timing import Timing
+from appo.utils.timing import Timing
 
 EPISODE_REPORT_SECONDS = 1.0
 REQUEST_TIMEOUT = 10.0  # seconds before an unanswered InferenceRequest is sent again
@@ -214,7 +214,7 @@ def run_actor_worker(
             actor_worker_loop(worker, queues)
         finally:
             worker.close()
-            from utils.logging import log
+            from appo.utils.logging import log
 
             log.info("actor worker %d profile: %s", worker_idx, worker.timing.profile())
             for w in worker.inference.values():

@@ -37,12 +37,12 @@ import numpy as np
 from appo.algorithms.registry import algorithm_spec
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
+from appo.envs import make_task_assigner, run_tasks
+from appo.envs.schedules import TaskAssigner
 from appo.protocol.buffers import first_env, first_slot, group_index
 from appo.protocol.control import FREE, PolicyDraw
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.sampling.split_envs import SplitEnvs
-from envs import make_task_assigner, run_tasks
-from envs.schedules import TaskAssigner
 
 # An episode's id (the `episode_ids` field): its env's global index, the incarnation of the actor worker that ran
 # it (a restarted worker counts its episodes from 0 again: without it a new episode would take a dead worker's id,

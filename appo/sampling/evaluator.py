@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from appo.config.cfg import Cfg
+from appo.envs import make_run_env
 from appo.models.device import model_device, to_device, to_host
 from appo.models.numpy_ops import FastPolicy, make_numpy_policy
 from appo.models.registry import make_model
@@ -31,7 +32,6 @@ from appo.protocol.messages import EvalReport, EvalRequest, Stop
 from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import component_main
 from appo.protocol.wiring import Queues, send
-from envs import make_run_env
 
 
 def env_action(actions: torch.Tensor | np.ndarray, space: gym.Space) -> Any:

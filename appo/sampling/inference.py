@@ -22,7 +22,7 @@ from appo.inference.ops import NumpyPass
 from appo.inference.policy import PASSES
 from appo.protocol.messages import ActionsReady, InferenceRequest
 from appo.protocol.shared_views import ParamViews, numpy_views
-from utils.timing import Timing
+from appo.utils.timing import Timing
 
 
 def pass_seed(cfg: Cfg, policy_id: int, k: int, stream: int) -> int:

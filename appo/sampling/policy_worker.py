@@ -133,7 +133,7 @@ def run_policy_worker(
         try:
             policy_worker_loop(worker, queues, heartbeat)
         finally:
-            from utils.logging import log
+            from appo.utils.logging import log
 
             log.info("policy worker %d_%d profile: %s", policy_id, index, worker.timing.profile())
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from appo.envs.tasks import task_family
 from appo.protocol.control import FREE, POLICY, TASK, WEIGHTS
-from envs.tasks import task_family
-from utils.logging import log
+from appo.utils.logging import log
 
 # Distinct env errors already logged by this process: each is logged once with its traceback.
 SEEN_ERRORS: set[str] = set()

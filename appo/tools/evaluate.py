@@ -30,9 +30,9 @@ import numpy as np
 
 from appo.algorithms.registry import ALGORITHMS, algorithm_spec, resolve
 from appo.config.cfg import Cfg, _f, experiment_dir
-from envs import UnknownEnvError, make_run_env, trial_length
-from utils.logging import init_logging, log
-from utils.paths import cfg_path, checkpoint_dir, videos_dir
+from appo.envs import UnknownEnvError, make_run_env, trial_length
+from appo.utils.logging import init_logging, log
+from appo.utils.paths import cfg_path, checkpoint_dir, videos_dir
 
 if TYPE_CHECKING:  # torch is imported where it is used, so `enjoy.py --help` and bad-input errors stay fast
     from appo.models.actor_critic import ActorCritic
@@ -180,7 +180,7 @@ def choose_tasks(cfg: EnjoyCfg, env: gym.Env) -> None:
         if cfg.task != "random":
             raise EnjoyError(f"--task={cfg.task}: --env={cfg.env} runs no task schedule (--task_schedule=none)")
         return
-    from envs.schedules import SequenceSchedule, TaskSchedule
+    from appo.envs.schedules import SequenceSchedule, TaskSchedule
 
     test = env.schedule.tasks
     if cfg.task == "random":

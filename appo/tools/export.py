@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from appo.inference.policy_file import write_policy_file
-from utils.paths import cfg_path, checkpoint_dir
+from appo.utils.paths import cfg_path, checkpoint_dir
 
 FORMATS = ("npz", "onnx", "torchscript")
 SUFFIXES = {"npz": ".npz", "onnx": ".onnx", "torchscript": ".pt"}
@@ -61,9 +61,9 @@ def find_checkpoint(path: str | Path, checkpoint: str = "latest", policy_index: 
 def load_run_policy(run: Path, ckpt: Path) -> tuple[Any, Any, dict[str, Any], tuple[Any, Any]]:
     """(cfg, torch model with the checkpoint's weights, the checkpoint, (obs space, action space))."""
     from appo.config.cfg import make_cfg, read_saved_cfg
+    from appo.envs import make_run_env
     from appo.learning.checkpoint import load_checkpoint
     from appo.models.registry import make_model
-    from envs import make_run_env
 
     cfg = make_cfg(read_saved_cfg(cfg_path(run)))
     try:

@@ -16,10 +16,10 @@ from appo.algorithms.maml.algorithm import MamlTrpo, flatten, make_policy, param
 from appo.algorithms.maml.hvp import allocate_buffers, episode_horizon
 from appo.backends.maml_actors import ActorPool
 from appo.driver.maml import META_TEST_STREAM, episode_returns
+from appo.envs import env_kwargs, make_env
+from appo.envs.tasks import Task, task_family, task_split
 from appo.models.numpy_ops import make_numpy_policy
 from appo.sampling.evaluator import run_episode
-from envs import env_kwargs, make_env
-from envs.tasks import Task, task_family, task_split
 
 
 def choose_task(cfg: Any, tasks: list[Task]) -> int:

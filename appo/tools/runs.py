@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appo.tools.plot import DEFAULT_TAG, PlotError, policy_summary_dirs
-from utils.paths import cfg_path, checkpoint_steps
+from appo.utils.paths import cfg_path, checkpoint_steps
 
 DEFAULT_TRAIN_DIR = "./train_dir"  # RunCfg.train_dir's default; appo.config.cfg is not imported for one string
 

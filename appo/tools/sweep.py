@@ -39,7 +39,7 @@ import numpy as np
 
 from appo.protocol.processes import stop_signals_unblocked
 from appo.tools.sweep_runs import TAG, LocalRuns, final_return
-from utils.paths import write_text_atomic
+from appo.utils.paths import write_text_atomic
 
 RESULT_FILE = "sweep_result.json"
 

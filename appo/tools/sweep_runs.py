@@ -1,6 +1,6 @@
-"""One sweep run, wherever it runs: train_appo.py started in its own session, and its final return read back from
-tensorboard. `LocalRuns` keeps a sweep's runs as subprocesses of this machine (appo/tools/sweep_ray.py: as Ray
-tasks)."""
+"""One sweep run, wherever it runs: `python -m appo.cli train` started in its own session, and its final return read
+back from tensorboard. `LocalRuns` keeps a sweep's runs as subprocesses of this machine (appo/tools/sweep_ray.py: as
+Ray tasks)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 from appo.tools.plot import load_events, scalar_series
 
 TAG = "episode/return_mean"
-ROOT = Path(__file__).resolve().parents[2]  # the checkout (or install) holding train_appo.py
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (or install): the runs start there
 
 
 def final_return(run_dir: Path) -> tuple[float, np.ndarray, np.ndarray]:
@@ -28,11 +28,11 @@ def final_return(run_dir: Path) -> tuple[float, np.ndarray, np.ndarray]:
 
 
 def start_run(args: list[str], log: Path, preexec_fn: Any = None) -> subprocess.Popen:
-    """train_appo.py with `args`, appending to `log`, in its own session: a Ctrl-C in the sweep's terminal reaches
+    """A training run with `args`, appending to `log`, in its own session: a Ctrl-C in the sweep's terminal reaches
     each run once, as the SIGTERM its launcher sends."""
     with open(log, "a") as out:
         return subprocess.Popen(
-            [sys.executable, str(ROOT / "train_appo.py"), *args],
+            [sys.executable, "-m", "appo.cli", "train", *args],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from envs.presets import env_preset
+from appo.envs.presets import env_preset
 from tests.conftest import ROOT
 
 # Long enough that a slow or loaded machine, whose start-up (MuJoCo, the processes) took over 15 s of a 20 s budget

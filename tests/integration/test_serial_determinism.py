@@ -15,7 +15,7 @@ from appo.config.cfg import merge_cfg
 from appo.config.derive import derive
 from appo.driver.runner import run
 from appo.learning.checkpoint import load_latest
-from utils.logging import log
+from appo.utils.logging import log
 
 ITERATIONS = 5
 # One iteration (batch_size * num_batches_per_epoch = 128 steps) is exactly one rollout of every env

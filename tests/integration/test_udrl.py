@@ -10,10 +10,10 @@ import torch
 
 from appo.algorithms.reward_conditioned.udrl import run_command_episode
 from appo.config.cfg import make_cfg, read_saved_cfg
+from appo.envs import make_run_env
 from appo.learning.checkpoint import list_checkpoints
 from appo.models.registry import make_model
 from appo.tools.plot import load_events, scalar_series
-from envs import make_run_env
 from tests.conftest import run_script
 
 CHAIN = [

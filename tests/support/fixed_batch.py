@@ -26,7 +26,7 @@ from appo.protocol.messages import ErrorReport, SlotsReleased, Stop, TrainReport
 from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import spawn_context, start_process, stop_processes
 from appo.protocol.wiring import actor_inbox, close_all, wire
-from utils.paths import checkpoint_dir, log_path
+from appo.utils.paths import checkpoint_dir, log_path
 
 
 class FixedBatchRun(NamedTuple):

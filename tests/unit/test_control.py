@@ -19,13 +19,13 @@ from appo.algorithms.ppo.flags import PPO_PBT_RANGES, PpoCfg, verify_ppo
 from appo.algorithms.registry import ALGORITHMS, AlgorithmSpec, register
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
+from appo.envs import UnknownEnvError, make_run_env, make_task_assigner
+from appo.envs.schedules import make_schedule
+from appo.envs.tasks import Task
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
 from appo.protocol.control import FREE, Assignment, control_channel
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.sampling.env_runner import EnvRunner
-from envs import UnknownEnvError, make_run_env, make_task_assigner
-from envs.schedules import make_schedule
-from envs.tasks import Task
 
 TRIAL_STEPS = 6  # trials of 2 navigation2d episodes of 3 steps (zero actions never reach the goal)
 

@@ -12,8 +12,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from appo.config.cfg import merge_cfg
-from envs import make_env
-from envs.presets import (
+from appo.envs import make_env
+from appo.envs.presets import (
     ANT_META_PRESET,
     FALLING_ROBOT_PRESET,
     META_PRESET,
@@ -21,7 +21,7 @@ from envs.presets import (
     NAVIGATION2D_PRESET,
     env_preset,
 )
-from envs.tasks import task_family
+from appo.envs.tasks import task_family
 from tests.conftest import ROOT
 
 MUJOCO_NAMES = ("ant_dir", "ant_dir2d", "ant_vel", "ant_goal", "half_cheetah_vel", "half_cheetah_dir")
@@ -330,7 +330,7 @@ def test_a_registered_env_whose_package_is_missing_says_so():
     one-line error names the env and gymnasium's own message of what to install."""
     import gymnasium as gym
 
-    from envs import UnknownEnvError, make_env
+    from appo.envs import UnknownEnvError, make_env
 
     if "AppoMissingDependency-v0" not in gym.registry:
         gym.register("AppoMissingDependency-v0", entry_point="tests.support.missing_dependency_env:Env")
@@ -342,7 +342,7 @@ def test_a_registered_env_whose_package_is_missing_says_so():
 def test_presets_are_ppos_and_other_algorithms_take_only_the_task_settings():
     """Issue 34: SAC took PPO's Pendulum preset (gamma 0.95; rl-zoo's SAC uses 0.99)."""
     from appo.config.cfg import merge_cfg
-    from envs.presets import TASK_KEYS, env_preset
+    from appo.envs.presets import TASK_KEYS, env_preset
 
     assert merge_cfg({"env": "Pendulum-v1"}, None).gamma == 0.95  # PPO's preset
     sac = merge_cfg({"env": "Pendulum-v1", "algo": "sac"}, None)

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from appo.config.cfg import parse_cfg
+from appo.envs import make_run_env
 from appo.models.actor_critic_numpy import NumpyPolicy
 from appo.models.registry import make_model
 from appo.protocol.messages import EvalReport, EvalRequest
 from appo.protocol.param_sync import ParamStore
 from appo.sampling.evaluator import Evaluator
-from envs import make_run_env
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -10,8 +10,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from appo.config.cfg import Cfg
-from envs import make_env, make_run_env
-from envs.tasks import task_family, task_split
+from appo.envs import make_env, make_run_env
+from appo.envs.tasks import task_family, task_split
 
 pytest.importorskip("Box2D", reason="lunar_lander_wind needs the box2d extra")
 

@@ -297,7 +297,7 @@ def test_a_baseline_that_cannot_be_fitted_is_zero_and_said_in_the_log():
     import logging
 
     from appo.algorithms.maml.algorithm import fit_linear_baseline
-    from utils.logging import log
+    from appo.utils.logging import log
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)

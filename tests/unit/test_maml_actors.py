@@ -20,7 +20,7 @@ def serial_pool(cfg: Any, K: int, E: int, rows: int = 1) -> tuple[Any, Any, list
     run's task table (envs.run_tasks)."""
     from appo.algorithms.maml.hvp import allocate_buffers, episode_horizon
     from appo.backends.maml_actors import ActorPool
-    from envs import make_env, run_tasks
+    from appo.envs import make_env, run_tasks
 
     env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps)
     spaces, T, tasks = (env.observation_space, env.action_space), episode_horizon(env), run_tasks(cfg, env)

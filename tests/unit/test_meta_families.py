@@ -10,11 +10,11 @@ from gymnasium.utils.env_checker import check_env
 
 from appo.config.cfg import parse_cfg
 from appo.config.verify import verify
-from envs import make_env, make_run_env
-from envs import meta_baselines as mb
-from envs.presets import env_preset
-from envs.tabular_mdp import mdp_arrays, mdp_keys
-from envs.tasks import task_split
+from appo.envs import make_env, make_run_env
+from appo.envs import meta_baselines as mb
+from appo.envs.presets import env_preset
+from appo.envs.tabular_mdp import mdp_arrays, mdp_keys
+from appo.envs.tasks import task_split
 
 NAMES = ("bandit", "gaussian_bandit", "tabular_mdp")
 
@@ -166,7 +166,7 @@ def test_mdp_baselines_rank_as_expected() -> None:
 def test_tasks_of_many_values_get_short_buckets():
     """Per-task statistics (episode_by_task/ tags) label a bandit's or an MDP's task by its mean value, not by
     hundreds of keys; a task of a few values keeps its rounded values."""
-    from envs.wrappers import task_bucket
+    from appo.envs.wrappers import task_bucket
 
     mdp = {f"r_{s}_{a}": 1.2 for s in range(10) for a in range(5)}
     assert task_bucket(mdp) == "mean_of_50=+1.0"
@@ -177,7 +177,7 @@ def test_tasks_of_many_values_get_short_buckets():
 def test_the_envs_of_a_run_share_one_task_split():
     """Every env of an actor worker and its task assigner read the same train task list (10,000 tabular MDP
     tasks drawn for each of 64 envs held 3.5 GB per worker); a run of another size or seed gets its own."""
-    from envs import make_task_assigner
+    from appo.envs import make_task_assigner
 
     cfg = parse_cfg(["--env=tabular_mdp", "--num_train_tasks=50", "--mdp_states=4"])
     envs = [make_run_env(cfg, env_idx=i) for i in range(3)]

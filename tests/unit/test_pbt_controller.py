@@ -12,8 +12,8 @@ import pytest
 from appo.config.pbt import Population
 from appo.driver.pbt_controller import PBT_STATE_FILE, PbtController
 from appo.driver.stats import PolicyStats
+from appo.utils.logging import log
 from tests.unit.test_pbt import MID, make_cfg
-from utils.logging import log
 
 
 def controller_cfg(**overrides):

@@ -23,9 +23,9 @@ from appo.algorithms.reward_conditioned.rcp import (
 from appo.config.cfg import make_cfg
 from appo.config.derive import derive
 from appo.config.verify import verify
+from appo.envs import make_run_env
 from appo.models.registry import make_model
 from appo.protocol.buffers import allocate_control
-from envs import make_run_env
 from tests.unit.test_udrl import CHAIN, chain_batch
 
 # Small networks: one torch thread is faster than two fighting over a busy machine (tests/conftest.py).

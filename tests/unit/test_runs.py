@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from tensorboardX import SummaryWriter
 
-import enjoy
+from appo import cli
 from appo.config.cfg import cfg_to_dict, make_cfg
 from appo.learning.checkpoint import best_name, checkpoint_name, list_checkpoints
 from appo.tools import runs as R
+from appo.utils.paths import cfg_path, checkpoint_dir, checkpoint_steps, summaries_dir, write_text_atomic
 from tests.conftest import ROOT
-from utils.paths import cfg_path, checkpoint_dir, checkpoint_steps, summaries_dir, write_text_atomic
 
 TAG = "episode/return_mean"
 T0 = 1_700_000_000.0  # the mtimes below: T0 + seconds
@@ -170,7 +170,7 @@ def test_no_runs_is_one_line_exit_2(tmp_path, capsys, exists):
         (train_dir / "not_a_run").mkdir(parents=True)
     assert R.main([f"--train_dir={train_dir}"]) == 2
     with pytest.raises(SystemExit) as stop:
-        enjoy.main([f"--train_dir={train_dir}", "--no_render"])
+        cli.enjoy([f"--train_dir={train_dir}", "--no_render"])
     assert stop.value.code == 2
     out = capsys.readouterr()
     lines = [line for line in (out.out + out.err).splitlines() if line.strip()]
@@ -181,10 +181,10 @@ def test_no_runs_is_one_line_exit_2(tmp_path, capsys, exists):
 
 def test_enjoy_with_experiment_typed_does_not_pick_the_latest(tmp_path, capsys):
     make_run(tmp_path, "other", when=0)
-    assert enjoy.main([f"--train_dir={tmp_path}", "--experiment=default", "--no_render"]) == 2
+    assert cli.enjoy([f"--train_dir={tmp_path}", "--experiment=default", "--no_render"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: --experiment=default: no run at {tmp_path / 'default'} (cfg.json missing)"
-    argv, note = enjoy.with_latest_experiment([f"--train_dir={tmp_path}", "--no_render"])
+    argv, note = cli.with_latest_experiment([f"--train_dir={tmp_path}", "--no_render"])
     assert argv[-1] == "--experiment=other" and note.startswith(
         f"no --experiment: using the latest run in {tmp_path}: other"
     )

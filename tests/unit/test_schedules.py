@@ -11,13 +11,13 @@ import torch
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
+from appo.envs import make_env, make_run_env, trial_length
+from appo.envs.schedules import CurriculumSchedule, difficulty, make_schedule
+from appo.envs.tasks import task_split
+from appo.envs.wrappers import MetaTaskWrapper
 from appo.protocol.buffers import allocate_control, allocate_trajectories
 from appo.protocol.messages import ActionsReady, TrajectoryReady
 from appo.sampling.env_runner import EnvRunner
-from envs import make_env, make_run_env, trial_length
-from envs.schedules import CurriculumSchedule, difficulty, make_schedule
-from envs.tasks import task_split
-from envs.wrappers import MetaTaskWrapper
 
 TASKS = [{"velocity": v} for v in (0.5, 2.0, 1.0, 3.0, 0.1, 2.5, 1.5, 0.8)]
 

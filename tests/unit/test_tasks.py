@@ -9,8 +9,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs import PROJECT_ENVS, make_env
-from envs.tasks import TaskFamily, task_family, task_split
+from appo.envs import PROJECT_ENVS, make_env
+from appo.envs.tasks import TaskFamily, task_family, task_split
 
 MUJOCO_NAMES = ("ant_dir", "ant_dir2d", "ant_vel", "ant_goal", "half_cheetah_vel", "half_cheetah_dir")
 FINITE = {"ant_dir", "half_cheetah_dir"}

@@ -16,11 +16,11 @@ from appo.algorithms.reward_conditioned.udrl import UDRL, BestEpisodes, explorat
 from appo.config.cfg import make_cfg
 from appo.config.derive import derive
 from appo.config.verify import verify
+from appo.envs import make_run_env
+from appo.envs.reward_conditioning import CommandObservation, SparseReward
 from appo.models.registry import make_model
 from appo.protocol.buffers import allocate_control
 from appo.sampling.env_runner import episode_ids
-from envs import make_run_env
-from envs.reward_conditioning import CommandObservation, SparseReward
 from tests.support.chain_env import ChainEnv
 
 CHAIN = "tests.support.chain_env:ChainEnv"

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from appo.models.normalize import RunningMeanStd, merge_moments
-from utils.timing import Timing
+from appo.utils.timing import Timing
 
 
 class Ranks:

@@ -32,7 +32,7 @@ from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.common.trpo import line_search, step_direction
 from appo.models.categorical_mlp import MamlCategoricalPolicy
 from appo.models.gaussian_mlp import MamlPolicy, make_policy  # noqa: F401 - the algorithm's model
-from utils.logging import log
+from appo.utils.logging import log
 
 Params = dict[str, Tensor]
 

@@ -199,7 +199,7 @@ class HvpPool:
 
     def close(self) -> None:
         from appo.protocol.processes import stop_processes
-        from utils.logging import log
+        from appo.utils.logging import log
 
         for inbox in getattr(self, "inboxes", []):
             inbox.put(Stop())

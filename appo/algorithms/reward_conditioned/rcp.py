@@ -36,7 +36,7 @@ from appo.models.actor_critic import build_mlp
 from appo.models.command_policy import CommandPolicy
 from appo.models.device import to_device, to_host
 from appo.protocol.control import set_commands
-from utils.logging import log
+from appo.utils.logging import log
 
 
 # --- the math -------------------------------------------------------------------------------------------------

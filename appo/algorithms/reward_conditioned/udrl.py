@@ -38,7 +38,7 @@ from appo.models.device import to_device, to_host
 from appo.protocol.control import set_commands
 from appo.sampling.env_runner import EPISODE_ENV_SHIFT
 from appo.sampling.evaluator import run_episode
-from utils.logging import log
+from appo.utils.logging import log
 
 
 # --- the math -------------------------------------------------------------------------------------------------
@@ -320,7 +320,7 @@ def greedy_returns(algo: Any, command: Any) -> list[float]:
     """`--udrl_eval_episodes` greedy episodes of `algo`'s model with `command`, on an env of this process that
     `algo.eval_env` keeps (built on first use): UDRL's and RCP's evaluation."""
     if algo.eval_env is None:
-        from envs import make_run_env
+        from appo.envs import make_run_env
 
         algo.eval_env = make_run_env(algo.cfg)
     algo.model.eval()

@@ -27,7 +27,7 @@ from appo.algorithms.sac.replay import Replay, transitions
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.squashed_gaussian import SquashedGaussianActor, TwinQ, polyak_update
-from utils.logging import log
+from appo.utils.logging import log
 
 RATE_WINDOW = 10.0  # seconds over which updates per second are measured
 

@@ -17,7 +17,7 @@ from appo.models.registry import make_model
 from appo.protocol.buffers import POISON, allocate_control, first_slot, trajectory_spec, worker_envs
 from appo.protocol.messages import SlotsReleased, TrajectoryReady
 from appo.protocol.param_sync import ParamStore
-from utils.logging import log
+from appo.utils.logging import log
 
 IN_FLIGHT = 2  # collect calls queued per actor: one running, one waiting, so that an actor never idles
 PARKED_SECONDS = 0.02  # a call that finds nothing to step returns after this long (its groups are all away)

@@ -47,7 +47,7 @@ from appo.models.registry import make_model
 from appo.protocol.buffers import worker_envs
 from appo.protocol.messages import SlotsReleased
 from appo.protocol.wiring import actor_inbox, send
-from utils.logging import log
+from appo.utils.logging import log
 
 
 class RayBackend(LocalBackend):

@@ -39,7 +39,7 @@ from appo.backends.ray.connection import connect, first_line
 from appo.protocol.buffers import worker_envs
 from appo.protocol.messages import SlotsReleased
 from appo.protocol.wiring import close_all
-from utils.logging import log
+from appo.utils.logging import log
 
 COLLECT_SECONDS = 1.0  # a call returns at the first finished split, or after this long
 

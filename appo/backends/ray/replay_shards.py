@@ -33,7 +33,7 @@ from torch import Tensor
 
 from appo.algorithms.sac.replay import FIELDS, Replay
 from appo.models.device import to_device
-from utils.logging import log
+from appo.utils.logging import log
 
 # The learner asks for BATCHES_PER_CALL minibatches in one call (each still uniform over the replay as it was then),
 # and keeps PREFETCH such calls in flight: a call's round trip (a few ms, far more on a loaded node) is paid once per
