@@ -1,5 +1,5 @@
 """appo from Python: `appo.train(...)` starts a run as train_appo.py would, `appo.load_policy(...)` gives a trained
-policy to act with in one's own code (numpy only: appo/inference/policy.py).
+policy to act with in one's own code (numpy only: appo/numpy_policy/policy.py).
 
     import appo
     run = appo.train(env="CartPole-v1", experiment="cartpole", train_for_env_steps=100_000)
@@ -136,13 +136,13 @@ def train(env: str | None = None, experiment: str | None = None, **flags: Any) -
 
 
 def load_policy(path: str | Path, checkpoint: str = "latest", policy_index: int = 0, seed: int = 0) -> Any:
-    """A trained policy (appo/inference/policy.py's `Policy`) from `path`: a run dir (its policy `policy_index`,
+    """A trained policy (appo/numpy_policy/policy.py's `Policy`) from `path`: a run dir (its policy `policy_index`,
     the `latest` or `best` checkpoint), a checkpoint file, or an npz export (`python -m appo.export`). An npz
     needs numpy alone; a run or a checkpoint needs torch to read the checkpoint (the policy then acts in numpy).
     `seed` seeds the draws of `act(..., deterministic=False)`. ValueError (one line) for a path that is none of
     these."""
-    from appo.inference.policy import Policy
-    from appo.inference.policy_file import read_policy_file
+    from appo.numpy_policy.policy import Policy
+    from appo.numpy_policy.policy_file import read_policy_file
 
     path = Path(path)
     if path.suffix == ".npz":

@@ -16,7 +16,7 @@ from appo.backends.supervision import Supervisor
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.learning.checkpoint import load_latest
-from appo.models.numpy_ops import numpy_description
+from appo.models.numpy_twins import numpy_description
 from appo.models.registry import make_model
 from appo.protocol.messages import Stop
 from appo.protocol.param_sync import ParamStore
@@ -82,7 +82,7 @@ class LocalBackend:
         template = make_model(cfg, *spaces)
         self.params = [ParamStore(template) for _ in range(cfg.num_policies)]
         publish_checkpoints(self.params, template, exp_dir)
-        # What acting actor workers build their numpy passes from (appo/inference/).
+        # What acting actor workers build their numpy passes from (appo/numpy_policy/).
         self.description = numpy_description(template) if self.topology.actors_act else None
         self.queues: Queues = wire(cfg.num_workers, cfg.num_policies)
         self.sup: Supervisor | None = None

@@ -1,5 +1,5 @@
 """`ActorCritic`'s numpy twin on the torch side: which models the numpy pass computes (`NumpyPolicy.supports`),
-the description it is built from (`describe`), and `NumpyPolicy`, the pass (appo/inference/actor_critic.py) bound
+the description it is built from (`describe`), and `NumpyPolicy`, the pass (appo/numpy_policy/actor_critic.py) bound
 to a torch model: built from one, reloaded from one after every pull. Only exactly `ActorCritic` with exactly a
 `GRUCell` or `LSTMCell` core (or none) is supported.
 """
@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from appo.inference.actor_critic import ActorCriticPass, NumpyPolicyStack
 from appo.models.actor_critic import ActorCritic
-from appo.models.numpy_ops import activation_name, mlp_unsupported, register_numpy_pass
+from appo.models.numpy_twins import activation_name, mlp_unsupported, register_numpy_pass
+from appo.numpy_policy.actor_critic import ActorCriticPass, NumpyPolicyStack
 
 __all__ = ["NumpyPolicy", "NumpyPolicyStack", "describe"]
 
@@ -41,7 +41,7 @@ def _model_unsupported(model: torch.nn.Module) -> str | None:
 
 
 def describe(model: ActorCritic) -> dict[str, Any]:
-    """What the numpy pass needs of `model` besides its state (appo/inference/actor_critic.py)."""
+    """What the numpy pass needs of `model` besides its state (appo/numpy_policy/actor_critic.py)."""
     norm = model.obs_normalizer
     return {
         "kind": ActorCriticPass.kind,

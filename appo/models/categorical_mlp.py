@@ -1,6 +1,6 @@
 """MAML's policy for discrete actions (the bandits, the tabular MDPs): logits = MLP(obs), as pytorch-maml-rl's
 CategoricalMLPPolicy; made by appo/models/gaussian_mlp.py `make_policy` for a Discrete action space; and its numpy
-twin, which the actor workers act with (appo/inference/categorical_mlp.py). Its output is the logits [..., n], which
+twin, which the actor workers act with (appo/numpy_policy/categorical_mlp.py). Its output is the logits [..., n], which
 `log_prob` and `kl` read (the interface MAML-TRPO's math takes, as MamlPolicy's)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from appo.inference.categorical_mlp import CategoricalMlpPass
-from appo.models.numpy_ops import activation_name, mlp_unsupported, on_cpu_exactly, register_numpy_pass
+from appo.models.numpy_twins import activation_name, mlp_unsupported, on_cpu_exactly, register_numpy_pass
+from appo.numpy_policy.categorical_mlp import CategoricalMlpPass
 
 NONLINEARITIES: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 

@@ -23,13 +23,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from appo.algorithms.registry import command_dims
 from appo.config.cfg import Cfg
-from appo.inference.command_policy import CommandPolicyPass
 from appo.models.actor_critic import ActOutput, build_mlp
 from appo.models.distributions import Categorical, DiagGaussian
-from appo.models.numpy_ops import mlp_unsupported, on_cpu_exactly, register_numpy_pass
+from appo.models.numpy_twins import mlp_unsupported, on_cpu_exactly, register_numpy_pass
 from appo.models.registry import register_model
+from appo.numpy_policy.command_policy import CommandPolicyPass
 
 
 @register_model("command_policy")
@@ -39,7 +38,7 @@ class CommandPolicy(nn.Module):
 
     def __init__(self, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> None:
         super().__init__()
-        self.command_dims = command_dims(cfg)
+        self.command_dims = cfg.traits.command_dims
         if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
             raise ValueError(f"--algo={cfg.algo}: needs a flat Box observation space, the env has {obs_space}")
         if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
@@ -112,7 +111,7 @@ def play_command(cfg: Cfg, env: gym.Env, model: CommandPolicy) -> tuple[float, f
 
 @register_numpy_pass
 class NumpyCommandPolicy(CommandPolicyPass):
-    """`CommandPolicy.act` in numpy (appo/inference/command_policy.py), bound to the torch policy."""
+    """`CommandPolicy.act` in numpy (appo/numpy_policy/command_policy.py), bound to the torch policy."""
 
     def __init__(self, model: CommandPolicy, seed: int) -> None:
         if not self.supports(model, "cpu"):

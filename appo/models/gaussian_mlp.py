@@ -11,17 +11,17 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from appo.inference.gaussian_mlp import GaussianMlpPass
 from appo.models.categorical_mlp import MamlCategoricalPolicy, MlpPolicyTwin, policy_mlp
 from appo.models.distributions import gaussian_log_prob
-from appo.models.numpy_ops import register_numpy_pass
+from appo.models.numpy_twins import register_numpy_pass
 from appo.models.registry import register_model
+from appo.numpy_policy.gaussian_mlp import GaussianMlpPass
 
 
 class MamlPolicy(nn.Module):
     """Gaussian MLP policy: mean = MLP(obs), state-independent log-std (a parameter). Its output is the
     distribution's parameters [..., 2A] (mean, then log-std), which `log_prob` and `kl` read: MAML-TRPO's math
-    (appo/algorithms/maml/algorithm.py) takes any policy with these three (MamlCategoricalPolicy: discrete actions)."""
+    (appo/maml/algorithm.py) takes any policy with these three (MamlCategoricalPolicy: discrete actions)."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], nonlinearity: str, init_log_std: float) -> None:
         super().__init__()
@@ -63,6 +63,6 @@ def make_policy(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> Maml
 
 @register_numpy_pass
 class NumpyGaussianMlp(MlpPolicyTwin, GaussianMlpPass):
-    """`MamlPolicy` in numpy (appo/inference/gaussian_mlp.py), bound to the torch policy."""
+    """`MamlPolicy` in numpy (appo/numpy_policy/gaussian_mlp.py), bound to the torch policy."""
 
     torch_class = MamlPolicy

@@ -20,13 +20,13 @@ import torch
 from torch import Tensor, nn
 
 from appo.config.cfg import Cfg
-from appo.inference.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, TANH_EPS, SquashedGaussianPass
 from appo.models.actor_critic import ActOutput, build_mlp
 from appo.models.distributions import gaussian_log_prob
-from appo.models.numpy_ops import mlp_unsupported, on_cpu_exactly, register_numpy_pass
+from appo.models.numpy_twins import mlp_unsupported, on_cpu_exactly, register_numpy_pass
 from appo.models.registry import register_model
+from appo.numpy_policy.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, TANH_EPS, SquashedGaussianPass
 
-# LOG_STD_MIN, LOG_STD_MAX (the log-std's clamp) and TANH_EPS: appo/inference/squashed_gaussian.py says why.
+# LOG_STD_MIN, LOG_STD_MAX (the log-std's clamp) and TANH_EPS: appo/numpy_policy/squashed_gaussian.py says why.
 __all__ = ["LOG_STD_MAX", "LOG_STD_MIN", "TANH_EPS", "NumpySquashedGaussian", "SquashedGaussianActor", "TwinQ"]
 _LOG_2 = math.log(2.0)
 
@@ -138,7 +138,7 @@ class TwinQ(nn.Module):
 
 @register_numpy_pass
 class NumpySquashedGaussian(SquashedGaussianPass):
-    """`SquashedGaussianActor.act` in numpy (appo/inference/squashed_gaussian.py), bound to the torch actor."""
+    """`SquashedGaussianActor.act` in numpy (appo/numpy_policy/squashed_gaussian.py), bound to the torch actor."""
 
     def __init__(self, model: SquashedGaussianActor, seed: int) -> None:
         super().__init__({"kind": self.kind}, seed)

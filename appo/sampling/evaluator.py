@@ -5,7 +5,7 @@ episodes; the mean return by episode index is the adaptation curve (meta_test/* 
 same trials with sampled actions (meta_test_sampled/return_ep*).
 
 On the CPU with --numpy_inference the evaluator acts with the numpy pass of its model (the actor workers' own,
-appo/models/numpy_ops.py; a torch forward pass of one observation costs several times the step of a MuJoCo
+appo/models/numpy_twins.py; a torch forward pass of one observation costs several times the step of a MuJoCo
 env, and the meta-test of a task family runs thousands of them on the cores the actors step on); other models keep
 torch. Sampled meta-test actions come from a generator seeded by (seed, weights version) either way.
 
@@ -25,7 +25,7 @@ import torch
 from appo.config.cfg import Cfg
 from appo.envs import make_run_env
 from appo.models.device import model_device, to_device, to_host
-from appo.models.numpy_ops import FastPolicy, make_numpy_policy
+from appo.models.numpy_twins import FastPolicy, make_numpy_policy
 from appo.models.registry import make_model
 from appo.protocol.buffers import rnn_state_size
 from appo.protocol.messages import EvalReport, EvalRequest, Stop

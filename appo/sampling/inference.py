@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from appo.algorithms.registry import algorithm_spec
 from appo.config.cfg import Cfg
-from appo.inference.actor_critic import ActorCriticPass, NumpyPolicyStack
-from appo.inference.ops import NumpyPass
-from appo.inference.policy import PASSES
+from appo.numpy_policy.actor_critic import ActorCriticPass, NumpyPolicyStack
+from appo.numpy_policy.ops import NumpyPass
+from appo.numpy_policy.policy import PASSES
 from appo.protocol.messages import ActionsReady, InferenceRequest
 from appo.protocol.shared_views import ParamViews, numpy_views
 from appo.utils.timing import Timing
@@ -59,7 +58,7 @@ class Inference:
         self.stack = NumpyPolicyStack(members, cfg.seed * 1009 + 7 + stream * 7919) if stackable else None
         # Episodic runs (MAML): one pass per request, so that a row's actions come from a batch of the same shape
         # however requests happen to arrive (one worker or four give the same bits), acting with the rollout's noise.
-        self.per_request = algorithm_spec(cfg.algo).episodic
+        self.per_request = cfg.traits.episodic
         # The rollout's own action noise (a trajectory field the algorithm asks for) is handed to a numpy pass that
         # acts with given noise; asking for the field with a model whose pass cannot is a configuration error.
         self.has_noise = "action_noise" in self.np_buf
@@ -168,7 +167,7 @@ class Inference:
 
 
 class NumpyInference(Inference):
-    """Inference with numpy passes alone: built from the model's description (appo/inference/), loaded from the
+    """Inference with numpy passes alone: built from the model's description (appo/numpy_policy/), loaded from the
     stores' ParamViews. What actor workers acting for their own envs run; no torch."""
 
     def __init__(
@@ -224,8 +223,8 @@ def make_numpy_inference(
 def actors_act(cfg: Cfg) -> bool:
     """Whether actor workers act for their own envs (--actor_inference with --numpy_inference: numpy on the CPU,
     feed-forward and recurrent models alike), so that no policy worker process runs. Only for a model kind with a
-    numpy pass (appo/inference/)."""
-    kind = algorithm_spec(cfg.algo).model_kind
+    numpy pass (appo/numpy_policy/)."""
+    kind = cfg.traits.model_kind
     return cfg.actor_inference and cfg.numpy_inference and not cfg.serial_mode and kind in PASSES
 
 

@@ -19,7 +19,7 @@ import torch
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.device import to_device, to_numpy
-from appo.models.numpy_ops import FastPolicy, make_numpy_policy
+from appo.models.numpy_twins import FastPolicy, make_numpy_policy
 from appo.models.registry import make_model
 from appo.protocol.messages import InferenceRequest, Stop
 from appo.protocol.param_sync import ParamStore

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from appo.algorithms.registry import ALGORITHMS, algorithm_spec, resolve
 from appo.config.cfg import Cfg, _f, experiment_dir
 from appo.envs import UnknownEnvError, make_run_env, trial_length
 from appo.utils.logging import init_logging, log
@@ -238,7 +237,7 @@ def new_video_path(exp_dir: Path, ckpt_path: Path) -> Path:
 # --- episodes -----------------------------------------------------------------------------------------------
 def run_all(cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, on_frame: Callable[[], None] | None) -> list[float]:
     """Every episode (task envs: every trial, printed episode by episode); returns the episode returns."""
-    from appo.models.numpy_ops import make_numpy_policy
+    from appo.models.numpy_twins import make_numpy_policy
     from appo.protocol.buffers import rnn_state_size
     from appo.sampling.evaluator import run_episode
 
@@ -314,9 +313,8 @@ def _evaluate(cfg: EnjoyCfg) -> int:
     state, ckpt_path = load_policy_state(cfg)
     display = has_display()
     prepare_headless(display)
-    own = algorithm_spec(cfg.algo).enjoy if cfg.algo in ALGORITHMS else ""
-    if own:  # the algorithm shows itself (MAML: adapt to one test task, before and after)
-        return _enjoy_own(own, cfg, state, ckpt_path, plan_render(cfg, display))
+    if cfg.traits.consumes == "meta_batches":  # a meta-gradient policy adapts to one test task: before and after
+        return _enjoy_adaptation(cfg, state, ckpt_path, plan_render(cfg, display))
     env, plan = make_eval_env(cfg, plan_render(cfg, display))
     video: VideoWriter | None = None
     try:
@@ -339,12 +337,14 @@ def _evaluate(cfg: EnjoyCfg) -> int:
     return 0
 
 
-def _enjoy_own(target: str, cfg: EnjoyCfg, state: dict[str, Any], ckpt_path: Path, plan: RenderPlan) -> int:
+def _enjoy_adaptation(cfg: EnjoyCfg, state: dict[str, Any], ckpt_path: Path, plan: RenderPlan) -> int:
     version = state.get("iteration", state.get("version"))
     log.info("loaded %s (iteration %s, %s env steps)", ckpt_path, version, state.get("env_steps"))
     video = VideoWriter(new_video_path(experiment_dir(cfg), ckpt_path), cfg.fps) if plan.record_video else None
     try:
-        resolve(target)(cfg, state, plan.env_render_mode, video)
+        from appo.maml.enjoy import enjoy_maml
+
+        enjoy_maml(cfg, state, plan.env_render_mode, video)
     except ValueError as exc:  # --task out of the test split's range
         raise EnjoyError(_first_line(exc)) from exc
     finally:

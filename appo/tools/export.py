@@ -1,4 +1,4 @@
-"""A trained policy out of its run: as an npz that numpy alone runs (appo/inference/policy_file.py), as ONNX with the
+"""A trained policy out of its run: as an npz that numpy alone runs (appo/numpy_policy/policy_file.py), as ONNX with the
 recurrent state as an explicit input and output, or as TorchScript.
 
     python -m appo.export --experiment=NAME --format=npz|onnx|torchscript [--checkpoint=latest|best|PATH]
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from appo.inference.policy_file import write_policy_file
+from appo.numpy_policy.policy_file import write_policy_file
 from appo.utils.paths import cfg_path, checkpoint_dir
 
 FORMATS = ("npz", "onnx", "torchscript")
@@ -86,12 +86,12 @@ def policy_parts(run: Path, ckpt: Path) -> tuple[dict[str, Any], dict[str, np.nd
     import gymnasium as gym
 
     from appo.config.cfg import cfg_to_dict
-    from appo.models.numpy_ops import numpy_description
+    from appo.models.numpy_twins import numpy_description
 
     cfg, model, state, (obs_space, action_space) = load_run_policy(run, ckpt)
     description = numpy_description(model)
     if description is None:
-        raise ExportError(f"{ckpt}: {type(model).__qualname__} has no numpy pass (appo/inference/)")
+        raise ExportError(f"{ckpt}: {type(model).__qualname__} has no numpy pass (appo/numpy_policy/)")
     arrays: dict[str, np.ndarray] = {}
     if isinstance(action_space, gym.spaces.Discrete):
         action = {"type": "Discrete", "n": int(action_space.n)}

@@ -13,7 +13,7 @@ import torch
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
-from appo.models.numpy_ops import numpy_description
+from appo.models.numpy_twins import numpy_description
 from appo.models.registry import make_model
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views, rnn_state_size
 from appo.protocol.messages import InferenceRequest, TrajectoryReady

@@ -1,4 +1,4 @@
-"""A trained policy outside the engine (appo/inference/): `Policy` acts as the torch model does, for every model
+"""A trained policy outside the engine (appo/numpy_policy/): `Policy` acts as the torch model does, for every model
 kind the engine trains (actor-critic MLP / GRU / LSTM / separate value trunk, Discrete and Box, SAC's squashed
 Gaussian, MAML's Gaussian MLP, the command policy); an npz policy file reads back bit for bit; importing appo and
 acting from an npz never imports torch; bad files give one-line errors."""
@@ -16,10 +16,10 @@ import torch
 
 import appo
 from appo.config.cfg import Cfg
-from appo.inference.policy import Policy
-from appo.inference.policy_file import PolicyFileError, read_policy_file, write_policy_file
-from appo.models.numpy_ops import numpy_description
+from appo.models.numpy_twins import numpy_description
 from appo.models.registry import make_model
+from appo.numpy_policy.policy import Policy
+from appo.numpy_policy.policy_file import PolicyFileError, read_policy_file, write_policy_file
 from appo.protocol.buffers import rnn_state_size
 from tests.conftest import ROOT
 
@@ -188,7 +188,7 @@ def test_bad_policy_files_are_one_line_errors(tmp_path: Path):
 def test_maml_adapt_in_numpy_is_the_meta_learners(activation: str, steps: int, space: gym.Space):
     """Policy.adapt (numpy, hand-written gradients) against MamlTrpo.adapted (torch autograd) on ragged episodes,
     Gaussian and categorical."""
-    from appo.algorithms.maml.algorithm import Episodes, MamlTrpo
+    from appo.maml.algorithm import Episodes, MamlTrpo
 
     cfg = Cfg(algo="maml_trpo", maml_mlp_layers=[16, 16], maml_nonlinearity=activation, num_inner_steps=steps)
     model = trained_like(cfg, space)

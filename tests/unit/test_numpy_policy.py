@@ -206,7 +206,7 @@ def test_command_policy_matches_torch(discrete, algo):
     distribution agrees with, samples from its distribution, and the warm-up's uniform actions before any update."""
     from appo.config.cfg import parse_cfg
     from appo.models.command_policy import CommandPolicy, NumpyCommandPolicy
-    from appo.models.numpy_ops import make_numpy_policy
+    from appo.models.numpy_twins import make_numpy_policy
 
     cfg = parse_cfg([f"--algo={algo}", "--env=CartPole-v1"])
     action_space = gym.spaces.Discrete(4) if discrete else gym.spaces.Box(-1, 1, (3,), np.float32)

@@ -10,7 +10,7 @@
 box, in its shape; Discrete: ints), and the recurrent state after the step. The observation normaliser is inside.
 Reset the state (`initial_state`) when an episode of the env from `make_env` ends: for a task family that env's
 episode is a whole trial, so the state is carried across the trial's episodes, as in training. The arithmetic is
-the numpy pass the actor workers act with (appo/inference/), so nothing here imports torch.
+the numpy pass the actor workers act with (appo/numpy_policy/), so nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from appo.inference.actor_critic import ActorCriticPass
-from appo.inference.categorical_mlp import CategoricalMlpPass
-from appo.inference.command_policy import CommandPolicyPass
-from appo.inference.gaussian_mlp import GaussianMlpPass
-from appo.inference.ops import NumpyPass
-from appo.inference.squashed_gaussian import SquashedGaussianPass
+from appo.numpy_policy.actor_critic import ActorCriticPass
+from appo.numpy_policy.categorical_mlp import CategoricalMlpPass
+from appo.numpy_policy.command_policy import CommandPolicyPass
+from appo.numpy_policy.gaussian_mlp import GaussianMlpPass
+from appo.numpy_policy.ops import NumpyPass
+from appo.numpy_policy.squashed_gaussian import SquashedGaussianPass
 
 # Every numpy pass by the model kind it computes (appo/models/registry.py's names).
 PASSES: dict[str, type[NumpyPass]] = {
@@ -35,7 +35,7 @@ PASSES: dict[str, type[NumpyPass]] = {
 
 
 class Policy:
-    """See the module's docstring. `meta` is the policy file's (appo/inference/policy_file.py), `state` the
+    """See the module's docstring. `meta` is the policy file's (appo/numpy_policy/policy_file.py), `state` the
     model's state dict as numpy arrays, `arrays` the action bounds."""
 
     def __init__(
@@ -187,10 +187,10 @@ class Policy:
 
     def adapt(self, episodes: list[dict[str, np.ndarray]], steps: int | None = None, lr: float | None = None) -> Policy:
         """MAML-TRPO's policy after its adaptation step on one task's `episodes` (`collect`): a new Policy.
-        `steps` and `lr` default to the run's --num_inner_steps and --fast_lr (appo/inference/maml_adapt.py)."""
+        `steps` and `lr` default to the run's --num_inner_steps and --fast_lr (appo/numpy_policy/maml_adapt.py)."""
         if self.kind not in (GaussianMlpPass.kind, CategoricalMlpPass.kind):
             raise ValueError(f"adapt: a {self.kind} policy has no adaptation step (MAML-TRPO's policies do)")
-        from appo.inference.maml_adapt import adapt
+        from appo.numpy_policy.maml_adapt import adapt
 
         cfg = self.cfg
         steps = cfg.num_inner_steps if steps is None else steps

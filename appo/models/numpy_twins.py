@@ -6,7 +6,7 @@ For the few envs of one request batch, torch's per-operator dispatch dominates a
 the same function of the same weights, re-read after every weight pull (`load`), and samples from its own seeded
 numpy generator; it acts only for exactly its torch class on the CPU (`supports`: a subclass or another model may
 compute anything, and acting with a different function than the one trained would raise no error). The numpy
-arithmetic itself lives in appo/inference/ (no torch there: exported policies run without it); each torch model
+arithmetic itself lives in appo/numpy_policy/ (no torch there: exported policies run without it); each torch model
 module binds its twin to its class and registers it with `register_numpy_pass`: ActorCritic's in
 appo/models/actor_critic_numpy.py, SAC's actor's in squashed_gaussian.py, MAML's policy's in gaussian_mlp.py, the
 command policy's in command_policy.py. Other models and GPU policy workers keep the torch path.
@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from appo.inference.ops import NumpyPass
+from appo.numpy_policy.ops import NumpyPass
 
-# The activation modules a twin computes, by the name appo/inference/ops.py knows them under.
+# The activation modules a twin computes, by the name appo/numpy_policy/ops.py knows them under.
 ACTIVATION_NAMES: dict[type[torch.nn.Module], str] = {torch.nn.Tanh: "tanh", torch.nn.ReLU: "relu", torch.nn.ELU: "elu"}
 
 
@@ -68,7 +68,7 @@ def make_numpy_policy(model: torch.nn.Module, device: str | torch.device, seed: 
 
 
 def numpy_description(model: torch.nn.Module) -> dict[str, Any] | None:
-    """The description a numpy pass of `model` is built from (appo/inference/ops.py), or None when no twin
+    """The description a numpy pass of `model` is built from (appo/numpy_policy/ops.py), or None when no twin
     computes it."""
     for cls in NUMPY_PASSES:
         if cls.supports(model, "cpu"):

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from appo.inference.ops import NumpyActOutput, NumpyPass, State, f32, gaussian_log_prob_const, mlp, run_layers, sample
+from appo.numpy_policy.ops import (
+    NumpyActOutput,
+    NumpyPass,
+    State,
+    f32,
+    gaussian_log_prob_const,
+    mlp,
+    run_layers,
+    sample,
+)
 
 
 class GaussianMlpPass(NumpyPass):

@@ -1,5 +1,5 @@
 """MAML's policy for discrete actions (`MamlCategoricalPolicy`, appo/models/categorical_mlp.py) in numpy: logits =
-MLP(obs), an action drawn by Gumbel-max as the engine's categorical heads draw (appo/inference/ops.py `sample`), its
+MLP(obs), an action drawn by Gumbel-max as the engine's categorical heads draw (appo/numpy_policy/ops.py `sample`), its
 standard-exponential noise given (an episodic run's `action_noise`: the same episode wherever it runs) or drawn
 from its own generator. The arithmetic is fixed (contiguous float32 rows, x @ W.T + b per layer), so a row's action
 depends only on that row. Description: {"kind": "maml_categorical_mlp", "activation": "tanh" | "relu"}."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from appo.inference.ops import NumpyActOutput, NumpyPass, State, log_softmax, mlp, run_layers, sample
+from appo.numpy_policy.ops import NumpyActOutput, NumpyPass, State, log_softmax, mlp, run_layers, sample
 
 
 class CategoricalMlpPass(NumpyPass):

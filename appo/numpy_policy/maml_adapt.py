@@ -3,7 +3,7 @@ meta-parameters, `num_inner_steps` steps of gradient descent with step `fast_lr`
 loss -mean_t[log pi(a_t|s_t) A_t] over one task's episodes, A the normalised GAE with rllab's linear feature
 baseline fitted on those episodes. The gradient of the Gaussian or categorical MLP is written out by hand
 (backpropagation through tanh or relu layers, and a Gaussian's log-std), in float64; `Policy.adapt`
-(appo/inference/policy.py) calls it.
+(appo/numpy_policy/policy.py) calls it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from appo.inference.ops import NumpyActOutput, NumpyPass, State, f32, gaussian_log_prob, mlp, run_layers
+from appo.numpy_policy.ops import NumpyActOutput, NumpyPass, State, f32, gaussian_log_prob, mlp, run_layers
 
 # The Gaussian's log-std is the head's output clamped to this range, as in Haarnoja et al.'s code and
 # Stable-Baselines3. With nn.Linear's initialisation it starts near 0 (std 1: tanh(u) spread over most of [-1, 1]).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from appo.inference.ops import (
+from appo.numpy_policy.ops import (
     ACTIVATIONS,
     NumpyActOutput,
     NumpyPass,

@@ -1,4 +1,4 @@
-"""`ActorCritic.act` in numpy (appo/models/actor_critic.py; appo/inference/ops.py says how twins are built):
+"""`ActorCritic.act` in numpy (appo/models/actor_critic.py; appo/numpy_policy/ops.py says how twins are built):
 observation normaliser (clipped), MLP encoder, optional GRU or LSTM cell (torch's `GRUCell` / `LSTMCell`
 equations, state laid out as in `ActorCritic.core_step`: h for a GRU, concat([h, c]) for an LSTM), Gaussian
 (state-independent log-std) or categorical head, value head (on the policy's features, or on its own MLP trunk
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from appo.inference.ops import (
+from appo.numpy_policy.ops import (
     Layer,
     NumpyActOutput,
     NumpyPass,
