@@ -3,9 +3,9 @@ process, opens a queue or writes a file. The learner core (appo/learning/learner
 it: the version counter, weight publishing, checkpoints, the NaN guard, PBT operations and stats.
 
 Its traits that code outside appo/algorithms/ acts on (the model kind it trains and acts with, the trajectory
-fields it needs, how it consumes data, whether it acts episodically, a replay in Ray shards, command inputs, hooks of
-its own for the run loop and enjoy.py, its perf/ keys) are data in its registry spec (appo/algorithms/registry.py
-AlgorithmSpec), readable without importing torch. The class provides the math:
+fields it needs, how it consumes data, whether it acts episodically, a replay in Ray shards, command inputs, its
+perf/ keys) are configuration: plain values in its entry of appo/config/algorithms/ (`Traits`), read as
+`cfg.traits` without importing torch. The class provides the math:
 - `update(batch, env_steps) -> stats`: one training iteration on one batch.
 - `state_dict()` / `load_state_dict()`: what it needs in a checkpoint besides the model (optimizer state...).
 - `replay_state()` / `load_replay_state()`: an off-policy algorithm's replay, saved by the core beside the
@@ -15,7 +15,7 @@ AlgorithmSpec), readable without importing torch. The class provides the math:
   with `replay_rows(trajectories, model)`. SAC.
 - `publish`: set by the core; an algorithm that does many updates per iteration (SAC) calls it to hand the
   actors its newest weights between them. The core publishes after every `update` anyway.
-- its flags and PBT ranges: in its registry entry (appo/algorithms/registry.py).
+- its flags, defaults and PBT ranges: in its entry of appo/config/algorithms/.
 - `ranks`, `train_model`: set by the core (`set_ranks`). With several learner ranks (--learner_world_size) the loss
   runs through `train_model` (DDP, which averages the ranks' gradients) and whatever spans the batch (counts,
   normalisers, means) is reduced through `ranks` (appo/learning/distributed.py), so that the ranks train as one
@@ -85,7 +85,8 @@ class NonFiniteGuard:
 
 
 class Algorithm:
-    """Subclass this, register it in appo/algorithms/registry.py, and `--algo=NAME` runs it."""
+    """Subclass this, add it to appo/algorithms/registry.py and its configuration to appo/config/algorithms/, and
+    `--algo=NAME` runs it."""
 
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         self.cfg, self.derived, self.model, self.device, self.guard = cfg, derived, model, device, guard

@@ -14,9 +14,9 @@ A new backend is a class with these calls and a row in BACKENDS (and its name am
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Protocol
 
-from appo.algorithms.registry import resolve
 from appo.config.cfg import Cfg
 
 
@@ -62,4 +62,5 @@ BACKENDS = {
 
 
 def backend_class(cfg: Cfg) -> type[Backend]:
-    return resolve(BACKENDS["serial" if cfg.serial_mode else cfg.backend])
+    module, _, name = BACKENDS["serial" if cfg.serial_mode else cfg.backend].partition(":")
+    return getattr(importlib.import_module(module), name)

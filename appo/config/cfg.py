@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from appo.algorithms.registry import ALGORITHMS, algorithm_defaults, command_dims, flag_groups
+from appo.config.algorithms import ALGORITHMS, Traits, algorithm_defaults, flag_groups, traits_of
 from appo.config.flags import flag as _f
 
 
@@ -193,19 +193,21 @@ class TrackingCfg:
 class Cfg(RunCfg, SamplingCfg, LearningCfg, *flag_groups(), ModelCfg, MetaCfg, EvalCfg, PbtCfg, RayCfg, TrackingCfg):  # type: ignore[misc]
     """The whole configuration of a run: every flag, flat (each algorithm's own flags included)."""
 
-    # What envs/ needs to know of the run's algorithm, read from its spec (envs/ imports nothing from appo).
+    @property
+    def traits(self) -> Traits:
+        """What the engine needs to know of the run's algorithm, as plain values (appo/config/algorithms/)."""
+        return traits_of(self)
+
+    # What appo.envs needs to know of the run's algorithm (appo.envs imports nothing else of appo).
     @property
     def command_dims(self) -> int:
-        """Command inputs the run's policy takes (0: none); envs/reward_conditioning.py appends them."""
-        return command_dims(self)
+        """Command inputs the run's policy takes (0: none); appo/envs/reward_conditioning.py appends them."""
+        return self.traits.command_dims
 
     @property
     def command_follows(self) -> str:
-        """How the command moves during an episode ("" holds; AlgorithmSpec.command_follows lists the others)."""
-        if self.algo not in ALGORITHMS:
-            return ""
-        follows = ALGORITHMS[self.algo].command_follows
-        return follows if isinstance(follows, str) else follows(self)
+        """How the command moves during an episode ("" holds; Traits.command_follows lists the others)."""
+        return self.traits.command_follows
 
 
 GROUPS: list[tuple[str, type]] = [

@@ -30,10 +30,10 @@ Ranges = dict[str, tuple[float, float, str]]  # hyperparameter -> (lowest, highe
 
 
 def hparam_ranges(cfg: Any) -> Ranges:
-    """What PBT may perturb: the ranges the run's algorithm declares (appo/algorithms)."""
-    from appo.algorithms.registry import algorithm_spec
+    """What PBT may perturb: the ranges the run's algorithm declares (appo/config/algorithms/)."""
+    from appo.config.algorithms import algorithm_config
 
-    return algorithm_spec(cfg.algo).pbt_ranges
+    return algorithm_config(cfg.algo).pbt_ranges
 
 
 RNG_SEED_OFFSET = 7919

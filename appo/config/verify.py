@@ -6,7 +6,7 @@ import os
 import re
 import sys
 
-from appo.algorithms.registry import ALGORITHMS, algorithm_spec
+from appo.config.algorithms import ALGORITHMS, algorithm_config
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived, derive, learner_devices
 from appo.config.pbt import verify_pbt
@@ -59,7 +59,7 @@ def verify(cfg: Cfg) -> list[str]:
     if not 0.0 <= cfg.gamma <= 1.0:
         errors.append(f"--gamma={cfg.gamma}: must be in [0, 1]")
     try:
-        errors += algorithm_spec(cfg.algo).verify(cfg)
+        errors += algorithm_config(cfg.algo).verify(cfg)
     except ValueError as exc:  # an unknown --algo
         errors.append(str(exc))
     if cfg.save_best_metric == "eval" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
@@ -155,7 +155,7 @@ def verify_learner_ranks(cfg: Cfg, d: Derived) -> list[str]:
     if size > 1 and cfg.serial_mode:
         errors.append(f"{flag}: --serial_mode runs one learner in the driver process; use 1")
     if size > 1 and cfg.algo in ALGORITHMS:
-        consumes = algorithm_spec(cfg.algo).consumes
+        consumes = cfg.traits.consumes
         if consumes != "fresh":
             why = "keeps its own replay" if consumes == "replay" else "takes its meta-step in the driver"
             errors.append(f"{flag}: --algo={cfg.algo} {why} and trains on one learner rank; use 1")

@@ -1,20 +1,30 @@
-"""What the driver decides before any process exists, and the budgets that end every run loop: /dev/shm room for
-the run's shared tensors, checkpoints that fit the cfg's model, and a run resumed with its budget already spent
-(it trains nothing: a finished run's checkpoints stay as they are)."""
+"""What a run's driver does before any process exists (`prepare`: verify, folders, cfg.json, logging, spaces), and
+the budgets that end every run loop (the engine's, appo/driver/runner.py, and the meta-gradient loop, appo/maml/):
+/dev/shm room for the run's shared tensors, checkpoints that fit the cfg's model, and a run resumed with its budget
+already spent (it trains nothing: a finished run's checkpoints stay as they are)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import sys
 from typing import Any
 
-from appo.config.cfg import Cfg, experiment_dir
+from appo.config.cfg import Cfg, cfg_to_dict, experiment_dir
 from appo.config.derive import derive
+from appo.config.verify import verify_or_exit
+from appo.driver.run_lock import hold_run_dir
+from appo.envs import UnknownEnvError, make_run_env, make_task_assigner
 from appo.models.registry import make_model
 from appo.protocol.buffers import shared_bytes
+from appo.protocol.processes import process_title, set_process_title
 from appo.protocol.wiring import queue_bytes
-from appo.utils.paths import checkpoint_dir
+from appo.utils.logging import init_logging, log
+from appo.utils.paths import cfg_path, checkpoint_dir, log_path, write_text_atomic
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def budget_spent(cfg: Cfg, env_steps: int, version: int, elapsed: float) -> str | None:
@@ -85,3 +95,29 @@ def spent_at_resume(cfg: Cfg, spaces: tuple[Any, Any]) -> str | None:
     session's), after checking that they fit; None for a new run or one with training left."""
     counters = check_checkpoints(cfg, spaces)
     return None if counters is None else budget_spent(cfg, *counters, elapsed=0.0)
+
+
+def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
+    """Everything before any process exists: verify, folders, cfg.json, logging, spaces, the number of train
+    tasks, and the budget a resumed run's checkpoints have already spent (None: there is training to do)."""
+    verify_or_exit(cfg)
+    try:
+        env = make_run_env(cfg)
+    except UnknownEnvError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    spaces = (env.observation_space, env.action_space)
+    assigner = make_task_assigner(cfg, env, 0)
+    num_tasks = len(assigner.tasks) if assigner is not None else 0  # train tasks the control channel may name
+    env.close()
+    check_shared_memory(cfg, spaces)
+    spent = spent_at_resume(cfg, spaces)
+    exp_dir = experiment_dir(cfg)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    hold_run_dir(exp_dir)  # one driver per run directory (appo/driver/run_lock.py): released as run() returns
+    write_text_atomic(cfg_path(exp_dir), json.dumps(cfg_to_dict(cfg), indent=2) + "\n")
+    init_logging(cfg.log_level, log_path(exp_dir), "driver")
+    set_process_title(process_title(cfg, "driver"))
+    if spent:
+        log.info("nothing to train: the run's checkpoints have %s; raise that budget to train on", spent)
+    return exp_dir, spaces, derive(cfg), num_tasks, spent

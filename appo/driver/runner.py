@@ -7,36 +7,28 @@ appo/backends/serial.py: the very same components in this process for --serial_m
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
 import threading
 import time
 from typing import Any
 
 import torch
 
-from appo.algorithms.registry import ALGORITHMS, algorithm_spec, resolve
 from appo.backends.base import backend_class
 from appo.backends.plan import evaluation_interval
-from appo.config.cfg import Cfg, cfg_to_dict, experiment_dir
-from appo.config.derive import derive, resolve_device
+from appo.config.cfg import Cfg
+from appo.config.derive import resolve_device
 from appo.config.verify import verify_or_exit
 from appo.driver.episode_window import restore_windows, save_windows
 from appo.driver.pbt_controller import PbtController
-from appo.driver.preflight import budget_spent, check_shared_memory, spent_at_resume
-from appo.driver.run_lock import hold_run_dir, released_at_end
+from appo.driver.preflight import STOP_SIGNALS, budget_spent, prepare
+from appo.driver.run_lock import released_at_end
 from appo.driver.stats import Stats, SummaryWriters, eval_line
-from appo.envs import UnknownEnvError, make_run_env, make_task_assigner
 from appo.protocol.buffers import allocate_control, allocate_trajectories
 from appo.protocol.control import ControlChannel, control_channel
 from appo.protocol.messages import ErrorReport, EvalReport, EvalRequest, HyperparamsReport, ReturnSummary
-from appo.protocol.processes import process_title, set_process_title
-from appo.utils.logging import init_logging, log
-from appo.utils.paths import cfg_path, log_path, write_text_atomic
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from appo.utils.logging import log
 
 
 class Driver:
@@ -157,32 +149,6 @@ class Driver:
         self.writers.close()
 
 
-def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
-    """Everything before any process exists: verify, folders, cfg.json, logging, spaces, the number of train
-    tasks, and the budget a resumed run's checkpoints have already spent (None: there is training to do)."""
-    verify_or_exit(cfg)
-    try:
-        env = make_run_env(cfg)
-    except UnknownEnvError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    spaces = (env.observation_space, env.action_space)
-    assigner = make_task_assigner(cfg, env, 0)
-    num_tasks = len(assigner.tasks) if assigner is not None else 0  # train tasks the control channel may name
-    env.close()
-    check_shared_memory(cfg, spaces)
-    spent = spent_at_resume(cfg, spaces)
-    exp_dir = experiment_dir(cfg)
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    hold_run_dir(exp_dir)  # one driver per run directory (appo/driver/run_lock.py): released as run() returns
-    write_text_atomic(cfg_path(exp_dir), json.dumps(cfg_to_dict(cfg), indent=2) + "\n")
-    init_logging(cfg.log_level, log_path(exp_dir), "driver")
-    set_process_title(process_title(cfg, "driver"))
-    if spent:
-        log.info("nothing to train: the run's checkpoints have %s; raise that budget to train on", spent)
-    return exp_dir, spaces, derive(cfg), num_tasks, spent
-
-
 def run(cfg: Cfg) -> int:
     """Train until a stop criterion; returns the process exit status. The run directory is this run's alone until
     then (a second driver on it exits 2)."""
@@ -191,10 +157,11 @@ def run(cfg: Cfg) -> int:
 
 
 def _train(cfg: Cfg) -> int:
-    run_loop = algorithm_spec(cfg.algo).run_loop if cfg.algo in ALGORITHMS else ""
-    if run_loop:  # an algorithm with a loop of its own (MAML's synchronous meta-iterations)
+    if cfg.traits.consumes == "meta_batches":  # meta-gradient algorithms run synchronous meta-iterations
+        from appo.maml.driver import run as run_meta_iterations
+
         verify_or_exit(cfg)
-        return resolve(run_loop)(cfg)
+        return run_meta_iterations(cfg)
     exp_dir, spaces, derived, num_tasks, spent = prepare(cfg)
     if spent:  # a finished run: no process started, its checkpoints unchanged
         return 0

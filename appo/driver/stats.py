@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from appo.algorithms.registry import ALGORITHMS
+from appo.config.algorithms import ALGORITHMS
 from appo.envs.wrappers import task_bucket
 from appo.protocol.messages import EpisodeReport, EvalReport, HyperparamsReport, TrainReport
 
@@ -19,8 +19,8 @@ RETURN_WINDOW = 100  # episodes averaged for the return statistics
 # Learner statistics that are events, not state: written once, at the env steps of the report that carried them.
 EVENT_PREFIX = "greedy/"
 # Learner statistics written under perf/ rather than train/ (besides policy_lag_*): the engine's, and each
-# algorithm's own (its spec's perf_keys).
-PERF_KEYS = {"dropped_trajectories"}.union(*(spec.perf_keys for spec in ALGORITHMS.values()))
+# algorithm's own (its traits' perf_keys).
+PERF_KEYS = {"dropped_trajectories"}.union(*(spec.traits.perf_keys for spec in ALGORITHMS.values()))
 
 
 class PolicyStats:

@@ -20,7 +20,7 @@ import torch
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.ranks import Ranks
-from appo.algorithms.registry import algorithm_class, algorithm_spec
+from appo.algorithms.registry import algorithm_class
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived, budget_fraction
 from appo.config.pbt import initial_hparams, policy_hparams
@@ -66,7 +66,7 @@ class Learner:
         # batches, publishes, saves and reports; `link` (rank 0's) carries each batch's shards to the others.
         self.ranks = ranks if ranks is not None else Ranks()
         self.is_lead = self.ranks.rank == 0
-        spec, algo_cls = algorithm_spec(cfg.algo), algorithm_class(cfg.algo)
+        spec, algo_cls = cfg.traits, algorithm_class(cfg.algo)
         if self.ranks.is_distributed and spec.consumes != "fresh":
             raise ValueError(f"--learner_world_size={self.ranks.world_size}: --algo={cfg.algo} trains on one rank")
         self.model = make_model(cfg, *spaces, kind=spec.model_kind).to(device).train()

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from appo.algorithms.registry import algorithm_spec
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.protocol.shared_views import numpy_views
@@ -67,7 +66,7 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
         "policy_versions": TensorSpec((T,), torch.int64),  # weights version that chose each action
         "rnn_states": TensorSpec((T + 1, rnn_state_size(cfg)), torch.float32),  # state before each step
     }
-    extra = algorithm_spec(cfg.algo).trajectory_fields
+    extra = cfg.traits.trajectory_fields
     fillable = actor_fields(cfg, obs_space, action_space)
     clash = sorted(set(extra) & set(engine))
     unknown = sorted(set(extra) - set(fillable) - set(engine))

@@ -34,7 +34,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from appo.algorithms.registry import algorithm_spec
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.envs import make_task_assigner, run_tasks
@@ -84,7 +83,7 @@ class EnvRunner(SplitEnvs):
         self.commands = control["commands"] if control is not None and "commands" in control else None
         # Episodic runs (see the module docstring): the seeds of each env's next episode, the task table the TASK
         # cells index, the rollout's action noise, and which envs' episodes are still running.
-        self.episodic = algorithm_spec(cfg.algo).episodic
+        self.episodic = cfg.traits.episodic
         self.seeds = control["episode_seeds"] if control is not None and "episode_seeds" in control else None
         self.episode_tasks: list[dict] | None = None
         self.noise = buffers.get("action_noise")

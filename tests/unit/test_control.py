@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from appo.algorithms.ppo.flags import PPO_PBT_RANGES, PpoCfg, verify_ppo
-from appo.algorithms.registry import ALGORITHMS, AlgorithmSpec, register
+from appo.config.algorithms import ALGORITHMS, AlgorithmConfig, Traits, register
+from appo.config.algorithms.ppo import PPO_PBT_RANGES, PpoCfg, verify_ppo
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
 from appo.envs import UnknownEnvError, make_run_env, make_task_assigner
@@ -218,14 +218,8 @@ def test_per_step_fields_say_what_each_step_ran() -> None:
     # PPO asking for every per-step field actor workers fill.
     fields = ("task_ids", "episode_ids", "weight_sets")
     register(
-        AlgorithmSpec(
-            "fields_ppo",
-            "appo.algorithms.ppo.algorithm:PPO",
-            PpoCfg,
-            PPO_PBT_RANGES,
-            verify_ppo,
-            "test",
-            trajectory_fields=fields,
+        AlgorithmConfig(
+            "fields_ppo", PpoCfg, PPO_PBT_RANGES, verify_ppo, "test", traits=Traits(trajectory_fields=fields)
         )
     )
     try:

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 import appo.driver.runner as runner
-from appo.algorithms.registry import ALGORITHMS, algorithm_spec
+from appo.config.algorithms import ALGORITHMS
 from appo.config.cfg import merge_cfg
 from tests.integration.test_serial_determinism import restore_process_identity  # noqa: F401 (a fixture)
 from tests.support.stand_in_gpu import stand_in_gpu
 
 ENVS = {"sac": "Pendulum-v1"}
-ON_DEVICE = sorted(name for name in ALGORITHMS if not algorithm_spec(name).run_loop)
+ON_DEVICE = sorted(name for name, spec in ALGORITHMS.items() if spec.traits.consumes != "meta_batches")
 
 
 @pytest.mark.parametrize("algo", ON_DEVICE)

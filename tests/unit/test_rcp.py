@@ -12,7 +12,6 @@ import torch
 
 from appo.algorithms.base import NonFiniteGuard
 from appo.algorithms.common.returns import return_to_go
-from appo.algorithms.registry import algorithm_defaults
 from appo.algorithms.reward_conditioned.rcp import (
     RCP,
     RCPA,
@@ -20,6 +19,7 @@ from appo.algorithms.reward_conditioned.rcp import (
     exponential_weights,
     lambda_returns,
 )
+from appo.config.algorithms import algorithm_defaults
 from appo.config.cfg import make_cfg
 from appo.config.derive import derive
 from appo.config.verify import verify

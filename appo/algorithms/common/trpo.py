@@ -1,6 +1,6 @@
 """TRPO's outer step (Schulman et al. 2015, appendix C), as pure functions on flat parameter vectors: conjugate
 gradient on a Hessian-vector product, the step scaled to the KL bound, and a backtracking line search that
-accepts only an improvement within the bound. MAML-TRPO (appo/algorithms/maml/algorithm.py) takes its meta-step here.
+accepts only an improvement within the bound. MAML-TRPO (appo/maml/algorithm.py) takes its meta-step here.
 
 The line search never writes the parameters it is searching from: it evaluates candidates as vectors and returns
 the accepted one, or the starting vector itself when none is accepted, so a rejected step leaves every parameter

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor, nn
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
-from appo.algorithms.sac.flags import learning_starts_of, target_entropy_value
 from appo.algorithms.sac.replay import Replay, transitions
+from appo.config.algorithms.sac import learning_starts_of, target_entropy_value
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.squashed_gaussian import SquashedGaussianActor, TwinQ, polyak_update

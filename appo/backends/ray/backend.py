@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from appo.algorithms.registry import algorithm_spec
 from appo.backends.local import LocalBackend
 from appo.backends.ray.actors import IN_FLIGHT, ActorState, RayActorWorker, remote_actor_class
 from appo.backends.ray.connection import connect, first_line
@@ -87,7 +86,7 @@ class RayBackend(LocalBackend):
         super().start()
 
     def uses_replay_shards(self) -> bool:
-        return algorithm_spec(self.cfg.algo).replay_shards and self.cfg.num_replay_shards > 0
+        return self.cfg.traits.replay_shards and self.cfg.num_replay_shards > 0
 
     def start_actor_workers(self) -> None:
         remote = remote_actor_class(self.cfg, RayActorWorker, self.started_ray, "actor workers")

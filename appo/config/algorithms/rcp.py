@@ -1,5 +1,5 @@
 """The flags of `--algo=rcp_r|rcp_a` (Reward-Conditioned Policies, Kumar, Peng and Levine 2019), the defaults they
-change for shared flags (and for the reward-conditioned flags in appo/algorithms/reward_conditioned/udrl_flags.py),
+change for shared flags (and for the reward-conditioned flags in appo/config/algorithms/udrl.py),
 and their checks.
 Torch-free."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from appo.algorithms.reward_conditioned.udrl_flags import verify_command_policy
+from appo.config.algorithms.udrl import verify_command_policy
 from appo.config.flags import flag
 
 RCP_COMMAND_DIMS = 1  # the desired return (RCP-R) or advantage (RCP-A)
