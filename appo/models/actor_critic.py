@@ -5,7 +5,7 @@ trajectories, so DDP's hooks and `torch.func.functional_call` see the whole comp
 normaliser lives here too, so weights, normalisers and all travel together (to policy workers through
 appo.protocol.param_sync, to disk through appo.learning.checkpoint).
 
-Registered as model kind "actor_critic" (appo/models/registry.py); its numpy twin: appo/models/actor_critic_numpy.py."""
+Registered as model kind "actor_critic" (appo/models/registry.py); its numpy twin: appo/models/numpy_twins.py."""
 
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
 """MAML's policy for discrete actions (the bandits, the tabular MDPs): logits = MLP(obs), as pytorch-maml-rl's
-CategoricalMLPPolicy; made by appo/models/gaussian_mlp.py `make_policy` for a Discrete action space; and its numpy
-twin, which the actor workers act with (appo/numpy_policy/categorical_mlp.py). Its output is the logits [..., n], which
+CategoricalMLPPolicy; made by appo/models/gaussian_mlp.py `make_policy` for a Discrete action space. Its numpy twin,
+which the actor workers act with, is bound to it in appo/models/numpy_twins.py. Its output is the logits [..., n], which
 `log_prob` and `kl` read (the interface MAML-TRPO's math takes, as MamlPolicy's)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-
-from appo.models.numpy_twins import activation_name, mlp_unsupported, on_cpu_exactly, register_numpy_pass
-from appo.numpy_policy.categorical_mlp import CategoricalMlpPass
 
 NONLINEARITIES: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -49,40 +46,3 @@ class MamlCategoricalPolicy(nn.Module):
         """KL(pi0 || pi1) [...] of the categoricals with logits `dist0`, `dist1`."""
         log_p0, log_p1 = torch.log_softmax(dist0, dim=-1), torch.log_softmax(dist1, dim=-1)
         return (log_p0.exp() * (log_p0 - log_p1)).sum(-1)
-
-
-class MlpPolicyTwin:
-    """What a MAML policy's numpy twin adds to its numpy pass: built from and bound to a torch policy of exactly
-    `torch_class` (an MLP under `mlp`: Linear + one known activation, then a Linear), on the CPU."""
-
-    torch_class: type
-    kind: str
-
-    def __init__(self, model: nn.Module, seed: int) -> None:
-        self._check(model)
-        super().__init__({"kind": self.kind, "activation": activation_name(list(model.mlp)[1])}, seed)  # type: ignore[call-arg]
-        self.load(model)
-
-    @classmethod
-    def supports(cls, model: nn.Module, device: str | torch.device) -> bool:
-        if not on_cpu_exactly(model, device, cls.torch_class):
-            return False
-        modules = list(model.mlp)
-        hidden = nn.Sequential(*modules[:-1])
-        return len(hidden) > 0 and mlp_unsupported(hidden, "") is None and type(modules[-1]) is nn.Linear
-
-    def load(self, model: nn.Module) -> None:
-        """Copy the weights (call after every pull)."""
-        self._check(model)
-        super().load(model)  # type: ignore[misc]
-
-    def _check(self, model: nn.Module) -> None:
-        if not self.supports(model, "cpu"):
-            raise ValueError(f"{type(self).__name__} cannot run {type(model).__qualname__}")
-
-
-@register_numpy_pass
-class NumpyCategoricalMlp(MlpPolicyTwin, CategoricalMlpPass):
-    """`MamlCategoricalPolicy` in numpy, bound to the torch policy."""
-
-    torch_class = MamlCategoricalPolicy

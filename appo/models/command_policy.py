@@ -12,7 +12,7 @@ Until the learner's first gradient step (`updates == 0`, a buffer published with
 uniformly random actions: UDRL's warm-up episodes, decided by the weights the actors hold. `command` (a buffer,
 unscaled: desired return, horizon) is the learner's latest exploration command; it travels with the weights to
 checkpoints, so enjoy.py can play it. The actor workers act with the same function in numpy
-(NumpyCommandPolicy, below)."""
+(NumpyCommandPolicy, appo/models/numpy_twins.py)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,7 @@ from torch import Tensor, nn
 from appo.config.cfg import Cfg
 from appo.models.actor_critic import ActOutput, build_mlp
 from appo.models.distributions import Categorical, DiagGaussian
-from appo.models.numpy_twins import mlp_unsupported, on_cpu_exactly, register_numpy_pass
 from appo.models.registry import register_model
-from appo.numpy_policy.command_policy import CommandPolicyPass
 
 
 @register_model("command_policy")
@@ -107,27 +105,3 @@ def play_command(cfg: Cfg, env: gym.Env, model: CommandPolicy) -> tuple[float, f
         command.append(saved[1] if math.isnan(cfg.command_horizon) else cfg.command_horizon)
     env.get_wrapper_attr("set_default_command")(command)
     return tuple(command)  # type: ignore[return-value]
-
-
-@register_numpy_pass
-class NumpyCommandPolicy(CommandPolicyPass):
-    """`CommandPolicy.act` in numpy (appo/numpy_policy/command_policy.py), bound to the torch policy."""
-
-    def __init__(self, model: CommandPolicy, seed: int) -> None:
-        if not self.supports(model, "cpu"):
-            raise ValueError(f"NumpyCommandPolicy cannot run {type(model).__qualname__}")
-        activation = "tanh" if model.state_activation is torch.tanh else "sigmoid"
-        super().__init__({"kind": self.kind, "state_activation": activation}, seed)
-        self.load(model)
-
-    @staticmethod
-    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
-        if not on_cpu_exactly(model, device, CommandPolicy):
-            return False
-        return len(model.trunk) == 0 or mlp_unsupported(model.trunk, "the trunk") is None
-
-    def load(self, model: torch.nn.Module) -> None:
-        """Copy the weights (call after every pull)."""
-        if not self.supports(model, "cpu"):
-            raise ValueError(f"NumpyCommandPolicy cannot run {type(model).__qualname__}")
-        super().load(model)

@@ -1,6 +1,6 @@
-"""MAML's policy (appo/algorithms/maml/): a Gaussian MLP, mean = MLP(obs) with a state-independent log-std (a
-parameter), as pytorch-maml-rl's NormalMLPPolicy; model kind "maml_mlp" (with the categorical one); and its numpy
-twin, which the actor workers act with."""
+"""MAML's policy (appo/maml/): a Gaussian MLP, mean = MLP(obs) with a state-independent log-std (a
+parameter), as pytorch-maml-rl's NormalMLPPolicy; model kind "maml_mlp" (with the categorical one). Its numpy
+twin, which the actor workers act with, is bound to it in appo/models/numpy_twins.py."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from appo.models.categorical_mlp import MamlCategoricalPolicy, MlpPolicyTwin, policy_mlp
+from appo.models.categorical_mlp import MamlCategoricalPolicy, policy_mlp
 from appo.models.distributions import gaussian_log_prob
-from appo.models.numpy_twins import register_numpy_pass
 from appo.models.registry import register_model
-from appo.numpy_policy.gaussian_mlp import GaussianMlpPass
 
 
 class MamlPolicy(nn.Module):
@@ -59,10 +57,3 @@ def make_policy(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> Maml
     if isinstance(action_space, gym.spaces.Discrete):
         return MamlCategoricalPolicy(obs_dim, int(action_space.n), hidden, cfg.maml_nonlinearity)
     return MamlPolicy(obs_dim, int(np.prod(action_space.shape)), hidden, cfg.maml_nonlinearity, cfg.maml_init_log_std)
-
-
-@register_numpy_pass
-class NumpyGaussianMlp(MlpPolicyTwin, GaussianMlpPass):
-    """`MamlPolicy` in numpy (appo/numpy_policy/gaussian_mlp.py), bound to the torch policy."""
-
-    torch_class = MamlPolicy

@@ -1,15 +1,24 @@
-"""The torch side of the models' numpy twins: which torch modules a twin can compute, and the registry that picks
-the twin of a model (`make_numpy_policy`) for policy workers and acting actor workers on the CPU.
+"""The torch models and their numpy twins, bound in one place: which torch model class each numpy pass
+(appo/numpy_policy/, keyed there by model kind) computes, how a twin describes the model (the description the
+pass is built from, which exported policy files carry) and loads its weights. `make_numpy_policy` picks the twin
+of a model for policy workers, the evaluator and acting actor workers on the CPU; `numpy_description` is what
+torch-free actor workers and exports build the pass from.
 
 For the few envs of one request batch, torch's per-operator dispatch dominates a forward pass of a small MLP
 (about 200 us for 8 HalfCheetah envs here, against about 50 us for the same arithmetic in numpy). A twin computes
 the same function of the same weights, re-read after every weight pull (`load`), and samples from its own seeded
 numpy generator; it acts only for exactly its torch class on the CPU (`supports`: a subclass or another model may
 compute anything, and acting with a different function than the one trained would raise no error). The numpy
-arithmetic itself lives in appo/numpy_policy/ (no torch there: exported policies run without it); each torch model
-module binds its twin to its class and registers it with `register_numpy_pass`: ActorCritic's in
-appo/models/actor_critic_numpy.py, SAC's actor's in squashed_gaussian.py, MAML's policy's in gaussian_mlp.py, the
-command policy's in command_policy.py. Other models and GPU policy workers keep the torch path.
+arithmetic itself lives in appo/numpy_policy/ (no torch there: exported policies run without it). Other models and
+GPU policy workers keep the torch path.
+
+| torch model (model kind)                     | twin (here)             | numpy pass (appo/numpy_policy/)        |
+|----------------------------------------------|-------------------------|----------------------------------------|
+| `ActorCritic` (actor_critic)                 | `NumpyActorCritic`      | actor_critic.py `ActorCriticPass`      |
+| `SquashedGaussianActor` (squashed_gaussian)  | `NumpySquashedGaussian` | squashed_gaussian.py                   |
+| `MamlPolicy` (maml_mlp, Box actions)         | `NumpyGaussianMlp`      | gaussian_mlp.py `GaussianMlpPass`      |
+| `MamlCategoricalPolicy` (maml_mlp, Discrete) | `NumpyCategoricalMlp`   | categorical_mlp.py `CategoricalMlpPass`|
+| `CommandPolicy` (command_policy)             | `NumpyCommandPolicy`    | command_policy.py `CommandPolicyPass`  |
 """
 
 from __future__ import annotations
@@ -17,8 +26,19 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
+from appo.models.actor_critic import ActorCritic
+from appo.models.categorical_mlp import MamlCategoricalPolicy
+from appo.models.command_policy import CommandPolicy
+from appo.models.gaussian_mlp import MamlPolicy
+from appo.models.squashed_gaussian import SquashedGaussianActor
+from appo.numpy_policy.actor_critic import ActorCriticPass
+from appo.numpy_policy.categorical_mlp import CategoricalMlpPass
+from appo.numpy_policy.command_policy import CommandPolicyPass
+from appo.numpy_policy.gaussian_mlp import GaussianMlpPass
 from appo.numpy_policy.ops import NumpyPass
+from appo.numpy_policy.squashed_gaussian import SquashedGaussianPass
 
 # The activation modules a twin computes, by the name appo/numpy_policy/ops.py knows them under.
 ACTIVATION_NAMES: dict[type[torch.nn.Module], str] = {torch.nn.Tanh: "tanh", torch.nn.ReLU: "relu", torch.nn.ELU: "elu"}
@@ -46,31 +66,196 @@ def on_cpu_exactly(model: torch.nn.Module, device: str | torch.device, cls: type
     return torch.device(device).type == "cpu" and type(model) is cls
 
 
-# Every registered twin, in registration order; a torch model module registers its own on import.
-NUMPY_PASSES: list[type] = []
+# --- ActorCritic ------------------------------------------------------------------------------------------------------
+# The recurrent cells the numpy pass computes, by the name the pass knows them under.
+_CORES: dict[type[torch.nn.Module], str] = {torch.nn.GRUCell: "gru", torch.nn.LSTMCell: "lstm"}
 
 
-def register_numpy_pass(cls: type) -> type:
-    """Class decorator: `cls` (with `supports(model, device)` and `cls(model, seed)`) is a numpy twin."""
-    NUMPY_PASSES.append(cls)
-    return cls
+def _actor_critic_unsupported(model: torch.nn.Module) -> str | None:
+    """Why the numpy pass cannot compute `model`'s `act`, or None when it can. Device aside (see `supports`)."""
+    if type(model) is not ActorCritic:
+        # Exactly the class: a subclass may override any piece of the forward pass.
+        return f"{type(model).__qualname__} is not ActorCritic"
+    core = model.core
+    if core is not None:
+        kind = _CORES.get(type(core))  # exactly the class, as for the model
+        if kind is None:
+            return f"the recurrent core is {type(core).__qualname__}, not GRUCell or LSTMCell"
+        if not core.bias:
+            return "the recurrent core has no biases"
+        if (kind == "lstm") != (model.rnn_type == "lstm"):
+            # core_step splits the state into (h, c) by rnn_type, not by the cell's class.
+            return f"the core is {type(core).__qualname__} but rnn_type is {model.rnn_type!r}"
+    return mlp_unsupported(model.encoder, "the encoder") or (
+        mlp_unsupported(model.value_encoder, "the value trunk") if model.value_encoder is not None else None
+    )
 
 
-FastPolicy = NumpyPass
+def describe_actor_critic(model: ActorCritic) -> dict[str, Any]:
+    """What the numpy pass needs of `model` besides its state (appo/numpy_policy/actor_critic.py)."""
+    norm = model.obs_normalizer
+    return {
+        "kind": ActorCriticPass.kind,
+        # (An empty encoder has no activation: the name is then unused.)
+        "activation": activation_name(model.encoder[1]) if len(model.encoder) else "tanh",
+        "core": _CORES[type(model.core)] if model.core is not None else None,
+        "obs_clip": norm.clip if norm is not None else None,
+        "obs_epsilon": norm.epsilon if norm is not None else None,
+    }
 
 
-def make_numpy_policy(model: torch.nn.Module, device: str | torch.device, seed: int) -> FastPolicy | None:
-    """The numpy pass that computes `model`'s act on `device`, or None (then the torch path acts)."""
-    for cls in NUMPY_PASSES:
+class NumpyActorCritic(ActorCriticPass):
+    """`ActorCritic.act` in numpy, bound to the torch model: built from one, reloaded from one after every pull.
+    Only exactly `ActorCritic` with exactly a `GRUCell` or `LSTMCell` core (or none) is supported."""
+
+    torch_class = ActorCritic
+
+    def __init__(self, model: ActorCritic, seed: int) -> None:
+        """Raises ValueError for a model that `supports` rejects (device aside)."""
+        self._check(model)
+        super().__init__(describe_actor_critic(model), seed)
+        self.load(model)
+
+    @staticmethod
+    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
+        """Whether the policy worker on `device` should act with this numpy pass for `model`: exactly an
+        `ActorCritic` (not a subclass), with exactly a GRUCell or LSTMCell core or none, with MLPs of known
+        activations, on the CPU."""
+        return torch.device(device).type == "cpu" and _actor_critic_unsupported(model) is None
+
+    @staticmethod
+    def _check(model: torch.nn.Module) -> None:
+        reason = _actor_critic_unsupported(model)
+        if reason is not None:
+            raise ValueError(f"NumpyActorCritic cannot run this model: {reason}")
+
+    def load(self, model: ActorCritic) -> None:
+        """Copy the weights (call after every pull). ValueError for a model the numpy pass does not compute."""
+        self._check(model)
+        super().load(model)
+
+
+# --- SAC's actor ------------------------------------------------------------------------------------------------------
+class NumpySquashedGaussian(SquashedGaussianPass):
+    """`SquashedGaussianActor.act` in numpy (appo/numpy_policy/squashed_gaussian.py), bound to the torch actor."""
+
+    torch_class = SquashedGaussianActor
+
+    def __init__(self, model: SquashedGaussianActor, seed: int) -> None:
+        super().__init__({"kind": self.kind}, seed)
+        self.load(model)
+
+    @staticmethod
+    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
+        return on_cpu_exactly(model, device, SquashedGaussianActor) and mlp_unsupported(model.trunk, "") is None
+
+    def load(self, model: SquashedGaussianActor) -> None:
+        """Copy the weights (call after every pull)."""
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"NumpySquashedGaussian cannot run {type(model).__qualname__}")
+        super().load(model)
+
+
+# --- MAML's policies (model kind "maml_mlp") ----------------------------------------------------------------------
+class MlpPolicyTwin:
+    """What a MAML policy's numpy twin adds to its numpy pass: built from and bound to a torch policy of exactly
+    `torch_class` (an MLP under `mlp`: Linear + one known activation, then a Linear), on the CPU. `distribution`
+    tells the model kind's two passes apart in the description (appo/numpy_policy/registry.py)."""
+
+    torch_class: type
+    kind: str
+    distribution: str
+
+    def __init__(self, model: nn.Module, seed: int) -> None:
+        self._check(model)
+        description = {
+            "kind": self.kind,
+            "distribution": self.distribution,
+            "activation": activation_name(list(model.mlp)[1]),
+        }
+        super().__init__(description, seed)  # type: ignore[call-arg]
+        self.load(model)
+
+    @classmethod
+    def supports(cls, model: nn.Module, device: str | torch.device) -> bool:
+        if not on_cpu_exactly(model, device, cls.torch_class):
+            return False
+        modules = list(model.mlp)
+        hidden = nn.Sequential(*modules[:-1])
+        return len(hidden) > 0 and mlp_unsupported(hidden, "") is None and type(modules[-1]) is nn.Linear
+
+    def load(self, model: nn.Module) -> None:
+        """Copy the weights (call after every pull)."""
+        self._check(model)
+        super().load(model)  # type: ignore[misc]
+
+    def _check(self, model: nn.Module) -> None:
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"{type(self).__name__} cannot run {type(model).__qualname__}")
+
+
+class NumpyGaussianMlp(MlpPolicyTwin, GaussianMlpPass):
+    """`MamlPolicy` in numpy (appo/numpy_policy/gaussian_mlp.py), bound to the torch policy."""
+
+    torch_class = MamlPolicy
+    distribution = "gaussian"
+
+
+class NumpyCategoricalMlp(MlpPolicyTwin, CategoricalMlpPass):
+    """`MamlCategoricalPolicy` in numpy (appo/numpy_policy/categorical_mlp.py), bound to the torch policy."""
+
+    torch_class = MamlCategoricalPolicy
+    distribution = "categorical"
+
+
+# --- the reward-conditioned algorithms' command policy ----------------------------------------------------------------
+class NumpyCommandPolicy(CommandPolicyPass):
+    """`CommandPolicy.act` in numpy (appo/numpy_policy/command_policy.py), bound to the torch policy."""
+
+    torch_class = CommandPolicy
+
+    def __init__(self, model: CommandPolicy, seed: int) -> None:
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"NumpyCommandPolicy cannot run {type(model).__qualname__}")
+        activation = "tanh" if model.state_activation is torch.tanh else "sigmoid"
+        super().__init__({"kind": self.kind, "state_activation": activation}, seed)
+        self.load(model)
+
+    @staticmethod
+    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
+        if not on_cpu_exactly(model, device, CommandPolicy):
+            return False
+        return len(model.trunk) == 0 or mlp_unsupported(model.trunk, "the trunk") is None
+
+    def load(self, model: torch.nn.Module) -> None:
+        """Copy the weights (call after every pull)."""
+        if not self.supports(model, "cpu"):
+            raise ValueError(f"NumpyCommandPolicy cannot run {type(model).__qualname__}")
+        super().load(model)
+
+
+# Every twin: `supports(model, device)` says whether it computes `model` there, `cls(model, seed)` builds it.
+TWINS: tuple[type[Any], ...] = (
+    NumpyActorCritic,
+    NumpySquashedGaussian,
+    NumpyGaussianMlp,
+    NumpyCategoricalMlp,
+    NumpyCommandPolicy,
+)
+
+
+def make_numpy_policy(model: torch.nn.Module, device: str | torch.device, seed: int) -> NumpyPass | None:
+    """The numpy twin that computes `model`'s act on `device`, or None (then the torch path acts)."""
+    for cls in TWINS:
         if cls.supports(model, device):
             return cls(model, seed)
     return None
 
 
 def numpy_description(model: torch.nn.Module) -> dict[str, Any] | None:
-    """The description a numpy pass of `model` is built from (appo/numpy_policy/ops.py), or None when no twin
-    computes it."""
-    for cls in NUMPY_PASSES:
+    """The description a numpy pass of `model` is built from (appo/numpy_policy/registry.py), or None when no
+    twin computes it."""
+    for cls in TWINS:
         if cls.supports(model, "cpu"):
             return cls(model, 0).description
     return None

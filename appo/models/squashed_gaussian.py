@@ -22,12 +22,11 @@ from torch import Tensor, nn
 from appo.config.cfg import Cfg
 from appo.models.actor_critic import ActOutput, build_mlp
 from appo.models.distributions import gaussian_log_prob
-from appo.models.numpy_twins import mlp_unsupported, on_cpu_exactly, register_numpy_pass
 from appo.models.registry import register_model
-from appo.numpy_policy.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, TANH_EPS, SquashedGaussianPass
+from appo.numpy_policy.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, TANH_EPS
 
 # LOG_STD_MIN, LOG_STD_MAX (the log-std's clamp) and TANH_EPS: appo/numpy_policy/squashed_gaussian.py says why.
-__all__ = ["LOG_STD_MAX", "LOG_STD_MIN", "TANH_EPS", "NumpySquashedGaussian", "SquashedGaussianActor", "TwinQ"]
+__all__ = ["LOG_STD_MAX", "LOG_STD_MIN", "TANH_EPS", "SquashedGaussianActor", "TwinQ"]
 _LOG_2 = math.log(2.0)
 
 
@@ -134,22 +133,3 @@ class TwinQ(nn.Module):
             if i < last:
                 x = torch.relu(x)
         return x.squeeze(-1)
-
-
-@register_numpy_pass
-class NumpySquashedGaussian(SquashedGaussianPass):
-    """`SquashedGaussianActor.act` in numpy (appo/numpy_policy/squashed_gaussian.py), bound to the torch actor."""
-
-    def __init__(self, model: SquashedGaussianActor, seed: int) -> None:
-        super().__init__({"kind": self.kind}, seed)
-        self.load(model)
-
-    @staticmethod
-    def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
-        return on_cpu_exactly(model, device, SquashedGaussianActor) and mlp_unsupported(model.trunk, "") is None
-
-    def load(self, model: SquashedGaussianActor) -> None:
-        """Copy the weights (call after every pull)."""
-        if not self.supports(model, "cpu"):
-            raise ValueError(f"NumpySquashedGaussian cannot run {type(model).__qualname__}")
-        super().load(model)

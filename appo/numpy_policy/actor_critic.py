@@ -111,7 +111,7 @@ class ActorCriticPass(NumpyPass):
         h = run_layers(self.layers, x)
         if self.core is not None:
             if rnn_states is None:
-                raise ValueError("NumpyPolicy.act: a recurrent model needs rnn_states")
+                raise ValueError("ActorCriticPass.act: a recurrent model needs rnn_states")
             h, rnn_states = core_step(self.core_kind, h, rnn_states.astype(np.float32, copy=False), *self.core)
         params = h @ self.policy_w + self.policy_b
         values = (run_layers(self.value_layers, x) if self.separate_value_trunk else h) @ self.value_w + self.value_b
@@ -136,7 +136,7 @@ class NumpyPolicyStack:
 
     def __init__(self, members: list[ActorCriticPass], seed: int) -> None:
         if not members or not all(isinstance(m, ActorCriticPass) for m in members):
-            raise ValueError("NumpyPolicyStack needs one or more NumpyPolicy members")
+            raise ValueError("NumpyPolicyStack needs one or more ActorCriticPass members")
         self.members = members
         self.rng = np.random.default_rng(seed)
         self.restack()

@@ -2,7 +2,8 @@
 MLP(obs), an action drawn by Gumbel-max as the engine's categorical heads draw (appo/numpy_policy/ops.py `sample`), its
 standard-exponential noise given (an episodic run's `action_noise`: the same episode wherever it runs) or drawn
 from its own generator. The arithmetic is fixed (contiguous float32 rows, x @ W.T + b per layer), so a row's action
-depends only on that row. Description: {"kind": "maml_categorical_mlp", "activation": "tanh" | "relu"}."""
+depends only on that row. Description: {"kind": "maml_mlp", "distribution": "categorical", "activation": "tanh" |
+"relu"}."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from appo.numpy_policy.ops import NumpyActOutput, NumpyPass, State, log_softmax,
 
 
 class CategoricalMlpPass(NumpyPass):
-    kind = "maml_categorical_mlp"
+    kind = "maml_mlp"  # with GaussianMlpPass: the description's "distribution" tells them apart
     takes_noise = True
 
     def load_state(self, state: State) -> None:

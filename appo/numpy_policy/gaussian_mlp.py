@@ -2,7 +2,7 @@
 a = mean + std * noise, the noise given (an episodic run's `action_noise`: the same episode wherever it runs) or
 drawn from its own generator. The arithmetic is fixed (contiguous float32 rows, x @ W.T + b per layer), so a row's
 actions depend only on that row and on the shape of the batch it is computed in.
-Description: {"kind": "maml_gaussian_mlp", "activation": "tanh" | "relu"}."""
+Description: {"kind": "maml_mlp", "distribution": "gaussian", "activation": "tanh" | "relu"}."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from appo.numpy_policy.ops import (
 
 
 class GaussianMlpPass(NumpyPass):
-    kind = "maml_gaussian_mlp"
+    kind = "maml_mlp"  # with CategoricalMlpPass: the description's "distribution" tells them apart
     takes_noise = True
 
     def load_state(self, state: State) -> None:

@@ -4,8 +4,8 @@ every model's numpy twin.
 
 A twin is built from a *description* (a small JSON-able dict: the model kind and whatever of its structure the
 weights do not show, e.g. the activation) and loads its weights from a *state*: the torch model's `state_dict` as
-numpy arrays under the same names. The actor workers' twins (appo/models/*: `load(model)` converts the torch
-model's state), an exported npz file (appo/numpy_policy/policy_file.py) and `appo.load_policy` all go through
+numpy arrays under the same names. The actor workers' twins (appo/models/numpy_twins.py: `load(model)` converts the
+torch model's state), an exported npz file (appo/numpy_policy/policy_file.py) and `appo.load_policy` all go through
 `load_state`, so a policy computes the same function wherever it runs.
 """
 

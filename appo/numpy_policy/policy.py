@@ -20,18 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from appo.numpy_policy.actor_critic import ActorCriticPass
-from appo.numpy_policy.categorical_mlp import CategoricalMlpPass
-from appo.numpy_policy.command_policy import CommandPolicyPass
-from appo.numpy_policy.gaussian_mlp import GaussianMlpPass
-from appo.numpy_policy.ops import NumpyPass
-from appo.numpy_policy.squashed_gaussian import SquashedGaussianPass
-
-# Every numpy pass by the model kind it computes (appo/models/registry.py's names).
-PASSES: dict[str, type[NumpyPass]] = {
-    cls.kind: cls
-    for cls in (ActorCriticPass, SquashedGaussianPass, GaussianMlpPass, CategoricalMlpPass, CommandPolicyPass)
-}
+from appo.numpy_policy.registry import current_description, make_numpy_pass
 
 
 class Policy:
@@ -41,11 +30,9 @@ class Policy:
     def __init__(
         self, meta: dict[str, Any], state: dict[str, np.ndarray], arrays: dict[str, np.ndarray], seed: int = 0
     ) -> None:
-        description = meta["model"]
-        if description.get("kind") not in PASSES:
-            raise ValueError(f"model kind {description.get('kind')!r} has no numpy pass; known: {', '.join(PASSES)}")
+        meta = {**meta, "model": current_description(meta["model"])}  # an old file's pass kind read as today's
         self.meta, self.state, self.arrays, self.seed = meta, state, arrays, seed
-        self.net = PASSES[description["kind"]](description, seed)
+        self.net = make_numpy_pass(meta["model"], seed)
         self.net.load_state(state)
         self.observation_shape = tuple(meta["observation_shape"])
         self.action = meta["action"]
@@ -188,7 +175,7 @@ class Policy:
     def adapt(self, episodes: list[dict[str, np.ndarray]], steps: int | None = None, lr: float | None = None) -> Policy:
         """MAML-TRPO's policy after its adaptation step on one task's `episodes` (`collect`): a new Policy.
         `steps` and `lr` default to the run's --num_inner_steps and --fast_lr (appo/numpy_policy/maml_adapt.py)."""
-        if self.kind not in (GaussianMlpPass.kind, CategoricalMlpPass.kind):
+        if self.kind != "maml_mlp":
             raise ValueError(f"adapt: a {self.kind} policy has no adaptation step (MAML-TRPO's policies do)")
         from appo.numpy_policy.maml_adapt import adapt
 

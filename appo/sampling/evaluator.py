@@ -25,8 +25,9 @@ import torch
 from appo.config.cfg import Cfg
 from appo.envs import make_run_env
 from appo.models.device import model_device, to_device, to_host
-from appo.models.numpy_twins import FastPolicy, make_numpy_policy
+from appo.models.numpy_twins import make_numpy_policy
 from appo.models.registry import make_model
+from appo.numpy_policy.ops import NumpyPass
 from appo.protocol.buffers import rnn_state_size
 from appo.protocol.messages import EvalReport, EvalRequest, Stop
 from appo.protocol.param_sync import ParamStore
@@ -49,7 +50,7 @@ def run_episode(
     deterministic: bool = True,
     seed: int | None = None,
     on_frame: Callable[[], None] | None = None,
-    fast: FastPolicy | None = None,
+    fast: NumpyPass | None = None,
     reset_options: dict[str, Any] | None = None,
 ) -> tuple[float, int, dict]:
     """One engine episode (a whole trial for task envs) from reset to its end: (return, length, last info).

@@ -18,7 +18,7 @@ import numpy as np
 from appo.config.cfg import Cfg
 from appo.numpy_policy.actor_critic import ActorCriticPass, NumpyPolicyStack
 from appo.numpy_policy.ops import NumpyPass
-from appo.numpy_policy.policy import PASSES
+from appo.numpy_policy.registry import NUMPY_PASSES, make_numpy_pass
 from appo.protocol.messages import ActionsReady, InferenceRequest
 from appo.protocol.shared_views import ParamViews, numpy_views
 from appo.utils.timing import Timing
@@ -182,9 +182,8 @@ class NumpyInference(Inference):
     ) -> None:
         shared = isinstance(params, list)
         stores = params if shared else [params]
-        cls = PASSES[description["kind"]]
         fast: list[NumpyPass | None] = [
-            cls(description, pass_seed(cfg, policy_id, k, stream)) for k in range(len(stores))
+            make_numpy_pass(description, pass_seed(cfg, policy_id, k, stream)) for k in range(len(stores))
         ]
         for store, numpy_pass in zip(stores, fast, strict=True):  # the weights as they are now (a stack needs some)
             numpy_pass.load_state(store.pull_state()[1])
@@ -225,7 +224,7 @@ def actors_act(cfg: Cfg) -> bool:
     feed-forward and recurrent models alike), so that no policy worker process runs. Only for a model kind with a
     numpy pass (appo/numpy_policy/)."""
     kind = cfg.traits.model_kind
-    return cfg.actor_inference and cfg.numpy_inference and not cfg.serial_mode and kind in PASSES
+    return cfg.actor_inference and cfg.numpy_inference and not cfg.serial_mode and kind in NUMPY_PASSES
 
 
 def _slots(r: InferenceRequest) -> slice | np.ndarray:

@@ -19,8 +19,9 @@ import torch
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.device import to_device, to_numpy
-from appo.models.numpy_twins import FastPolicy, make_numpy_policy
+from appo.models.numpy_twins import make_numpy_policy
 from appo.models.registry import make_model
+from appo.numpy_policy.ops import NumpyPass
 from appo.protocol.messages import InferenceRequest, Stop
 from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import component_main
@@ -52,7 +53,7 @@ class PolicyWorker(Inference):
         self.device = device
         stores = params if isinstance(params, list) else [params]
         self.models = [make_model(cfg, *spaces).to(device).eval() for _ in stores]
-        fast: list[FastPolicy | None] = [
+        fast: list[NumpyPass | None] = [
             make_numpy_policy(m, device, pass_seed(cfg, policy_id, k, stream)) if cfg.numpy_inference else None
             for k, m in enumerate(self.models)
         ]

@@ -12,7 +12,7 @@ import torch
 
 from appo.config.cfg import parse_cfg
 from appo.envs import make_run_env
-from appo.models.actor_critic_numpy import NumpyPolicy
+from appo.models.numpy_twins import NumpyActorCritic
 from appo.models.registry import make_model
 from appo.protocol.messages import EvalReport, EvalRequest
 from appo.protocol.param_sync import ParamStore
@@ -37,7 +37,7 @@ def evaluate_both(args: list[str]) -> tuple[EvalReport, EvalReport]:
     store.publish(model, 7)
     fast = Evaluator(cfg, spaces, [store])
     slow = Evaluator(dataclasses.replace(cfg, numpy_inference=False), spaces, [store])
-    assert type(fast.fast) is NumpyPolicy and slow.fast is None
+    assert type(fast.fast) is NumpyActorCritic and slow.fast is None
     try:
         return fast.evaluate(EvalRequest(0, 100)), slow.evaluate(EvalRequest(0, 100))
     finally:

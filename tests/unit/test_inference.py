@@ -171,6 +171,33 @@ def test_npz_policy_runs_without_torch(tmp_path: Path):
     np.testing.assert_array_equal(np.load(tmp_path / "actions.npy"), expected)
 
 
+@pytest.mark.parametrize("case", ["maml", "maml_discrete"])
+def test_policy_files_with_old_pass_kinds_still_load(tmp_path: Path, case: str):
+    """Files exported when MAML's passes had kinds of their own ("maml_gaussian_mlp", "maml_categorical_mlp", with
+    no "distribution" in the description) load as model kind "maml_mlp" and act as a file written today."""
+    path, policy, obs = export_npz(tmp_path, case)
+    meta, state, arrays = read_policy_file(path)
+    old_kind = "maml_categorical_mlp" if case == "maml_discrete" else "maml_gaussian_mlp"
+    meta = {k: v for k, v in meta.items() if k not in ("format", "version")}
+    meta["model"] = {"kind": old_kind, "activation": meta["model"]["activation"]}
+    old = appo.load_policy(write_policy_file(tmp_path / "old.npz", meta, state, arrays))
+    new = appo.load_policy(path)
+    assert old.kind == new.kind == "maml_mlp" and old.meta["model"] == new.meta["model"] == policy.meta["model"]
+    np.testing.assert_array_equal(old.act(obs)[0], new.act(obs)[0])
+    np.testing.assert_array_equal(old.act(obs, deterministic=False)[0], new.act(obs, deterministic=False)[0])
+
+
+def test_pass_kinds_are_the_model_kinds():
+    """One registry of numpy passes, keyed by the model kinds of appo/models/registry.py, and every torch model's
+    twin (appo/models/numpy_twins.py) describes its model under that kind."""
+    from appo.models.numpy_twins import TWINS
+    from appo.models.registry import MODELS
+    from appo.numpy_policy.registry import NUMPY_PASSES
+
+    assert set(NUMPY_PASSES) <= set(MODELS)
+    assert {cls.kind for cls in TWINS} == set(NUMPY_PASSES)
+
+
 def test_bad_policy_files_are_one_line_errors(tmp_path: Path):
     (tmp_path / "junk.npz").write_bytes(b"not a zip file")
     np.savez(tmp_path / "foreign.npz", x=np.zeros(3))

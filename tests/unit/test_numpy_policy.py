@@ -12,8 +12,9 @@ import torch
 
 from appo.config.cfg import Cfg
 from appo.models.actor_critic import ActorCritic, ActOutput
-from appo.models.actor_critic_numpy import NumpyPolicy, NumpyPolicyStack
+from appo.models.numpy_twins import NumpyActorCritic
 from appo.models.registry import MODELS, make_model, register_model
+from appo.numpy_policy.actor_critic import NumpyPolicyStack
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
 
@@ -31,7 +32,7 @@ def random_model(cfg: Cfg, action_space: gym.Space, seed: int = 0):
 @pytest.mark.parametrize("nonlinearity", ["tanh", "relu", "elu"])
 def test_gaussian_values_and_log_probs_match_torch(nonlinearity):
     model = random_model(Cfg(nonlinearity=nonlinearity), gym.spaces.Box(-1, 1, (3,), np.float32))
-    fast = NumpyPolicy(model, seed=1)
+    fast = NumpyActorCritic(model, seed=1)
     obs = (np.random.default_rng(2).standard_normal((64, 5)) * 6).astype(np.float32)  # some beyond the clip
     actions, log_probs, values, states = fast.act(obs)
     assert states is None  # no core: the (absent) states pass through
@@ -49,7 +50,7 @@ def test_gaussian_values_and_log_probs_match_torch(nonlinearity):
 
 def test_categorical_matches_torch():
     model = random_model(Cfg(), gym.spaces.Discrete(4))
-    fast = NumpyPolicy(model, seed=3)
+    fast = NumpyActorCritic(model, seed=3)
     obs = np.random.default_rng(4).standard_normal((32, 5)).astype(np.float32)
     actions, log_probs, values, _ = fast.act(obs)
     assert actions.shape == (32, 1) and actions.dtype == np.int64
@@ -65,7 +66,7 @@ def test_categorical_matches_torch():
 
 def test_weights_are_reread_after_a_pull():
     model = random_model(Cfg(), gym.spaces.Box(-1, 1, (3,), np.float32))
-    fast = NumpyPolicy(model, seed=0)
+    fast = NumpyActorCritic(model, seed=0)
     obs = np.ones((2, 5), np.float32)
     before = fast.act(obs)[2]
     with torch.no_grad():
@@ -78,7 +79,7 @@ def test_weights_are_reread_after_a_pull():
 def test_other_cores_and_gpus_keep_torch():
     for rnn_type in ("gru", "lstm"):
         rnn = make_model(Cfg(use_rnn=True, rnn_type=rnn_type), OBS, gym.spaces.Discrete(2))
-        assert NumpyPolicy.supports(rnn, "cpu") and not NumpyPolicy.supports(rnn, "cuda")
+        assert NumpyActorCritic.supports(rnn, "cpu") and not NumpyActorCritic.supports(rnn, "cuda")
     # Anything but exactly a GRUCell or LSTMCell with biases, matching rnn_type, is refused.
     cases = [
         (torch.nn.RNNCell(64, 8), "RNNCell, not GRUCell or LSTMCell"),
@@ -89,13 +90,13 @@ def test_other_cores_and_gpus_keep_torch():
     for core, reason in cases:
         model = make_model(Cfg(use_rnn=True, rnn_size=8), OBS, gym.spaces.Discrete(2))
         model.core = core
-        assert not NumpyPolicy.supports(model, "cpu")
+        assert not NumpyActorCritic.supports(model, "cpu")
         with pytest.raises(ValueError, match=reason):
-            NumpyPolicy(model, seed=0)
+            NumpyActorCritic(model, seed=0)
     plain = make_model(Cfg(), OBS, gym.spaces.Discrete(2))
-    assert NumpyPolicy.supports(plain, "cpu") and NumpyPolicy.supports(plain, torch.device("cpu"))
-    assert not NumpyPolicy.supports(plain, "cuda") and not NumpyPolicy.supports(plain, "cuda:0")
-    assert NumpyPolicy.supports(make_model(Cfg(separate_value_trunk=True), OBS, gym.spaces.Discrete(2)), "cpu")
+    assert NumpyActorCritic.supports(plain, "cpu") and NumpyActorCritic.supports(plain, torch.device("cpu"))
+    assert not NumpyActorCritic.supports(plain, "cuda") and not NumpyActorCritic.supports(plain, "cuda:0")
+    assert NumpyActorCritic.supports(make_model(Cfg(separate_value_trunk=True), OBS, gym.spaces.Discrete(2)), "cpu")
 
 
 class ShiftedValues(ActorCritic):
@@ -112,11 +113,11 @@ def test_other_registered_models_keep_torch():
         register_model("test_shifted_values")(ShiftedValues)
         model = make_model(Cfg(), OBS, gym.spaces.Discrete(2), kind="test_shifted_values")
         assert isinstance(model, ActorCritic) and model.core is None
-        assert not NumpyPolicy.supports(model, "cpu")
+        assert not NumpyActorCritic.supports(model, "cpu")
         with pytest.raises(ValueError, match="ShiftedValues is not ActorCritic"):
-            NumpyPolicy(model, seed=0)
+            NumpyActorCritic(model, seed=0)
         # Nor can a supported member's weights be swapped for an unsupported model's on a pull.
-        fast = NumpyPolicy(make_model(Cfg(), OBS, gym.spaces.Discrete(2)), seed=0)
+        fast = NumpyActorCritic(make_model(Cfg(), OBS, gym.spaces.Discrete(2)), seed=0)
         with pytest.raises(ValueError, match="not ActorCritic"):
             fast.load(model)
     finally:
@@ -125,15 +126,15 @@ def test_other_registered_models_keep_torch():
 
 def test_a_stack_refuses_members_of_other_architectures():
     space = gym.spaces.Box(-1, 1, (3,), np.float32)
-    base = NumpyPolicy(random_model(Cfg(), space), seed=0)
+    base = NumpyActorCritic(random_model(Cfg(), space), seed=0)
     for other in [Cfg(nonlinearity="relu"), Cfg(encoder_mlp_layers=[64, 32]), Cfg(separate_value_trunk=True)]:
         with pytest.raises(ValueError, match="member 1 has another architecture"):
-            NumpyPolicyStack([base, NumpyPolicy(random_model(other, space), seed=1)], seed=0)
-    trunk = NumpyPolicy(random_model(Cfg(separate_value_trunk=True), space), seed=0)
-    wide = NumpyPolicy(random_model(Cfg(separate_value_trunk=True, value_mlp_layers=[64, 32]), space), seed=1)
+            NumpyPolicyStack([base, NumpyActorCritic(random_model(other, space), seed=1)], seed=0)
+    trunk = NumpyActorCritic(random_model(Cfg(separate_value_trunk=True), space), seed=0)
+    wide = NumpyActorCritic(random_model(Cfg(separate_value_trunk=True, value_mlp_layers=[64, 32]), space), seed=1)
     with pytest.raises(ValueError, match="member 1 has another architecture"):
         NumpyPolicyStack([trunk, wide], seed=0)
-    discrete = NumpyPolicy(random_model(Cfg(), gym.spaces.Discrete(3)), seed=1)
+    discrete = NumpyActorCritic(random_model(Cfg(), gym.spaces.Discrete(3)), seed=1)
     with pytest.raises(ValueError, match="another architecture"):
         NumpyPolicyStack([base, discrete], seed=0)
     with pytest.raises(ValueError, match="one or more"):
@@ -151,8 +152,8 @@ def test_separate_value_trunk_matches_torch(discrete, value_layers):
     rng = np.random.default_rng(8)
     obs = (rng.standard_normal((29, 5)) * 6).astype(np.float32)  # some beyond the clip
     owner = rng.integers(0, 3, 29)
-    single = NumpyPolicy(models[0], seed=0).act(obs)
-    stacked = NumpyPolicyStack([NumpyPolicy(m, seed=s) for s, m in enumerate(models)], seed=7).act(obs, owner)
+    single = NumpyActorCritic(models[0], seed=0).act(obs)
+    stacked = NumpyPolicyStack([NumpyActorCritic(m, seed=s) for s, m in enumerate(models)], seed=7).act(obs, owner)
     for k, model in enumerate(models):
         # The single policy's pass is member 0's, over every env.
         cases = [(stacked, owner == k)] + ([(single, np.ones(len(obs), bool))] if k == 0 else [])
@@ -171,7 +172,7 @@ def test_a_stack_acts_with_each_envs_own_policy(discrete):
     """A population's stacked pass gives every env the values and log-probs of its own policy's model."""
     space = gym.spaces.Discrete(4) if discrete else gym.spaces.Box(-1, 1, (3,), np.float32)
     models = [random_model(Cfg(), space, seed=s) for s in range(3)]
-    stack = NumpyPolicyStack([NumpyPolicy(m, seed=s) for s, m in enumerate(models)], seed=7)
+    stack = NumpyPolicyStack([NumpyActorCritic(m, seed=s) for s, m in enumerate(models)], seed=7)
     rng = np.random.default_rng(5)
     obs = (rng.standard_normal((23, 5)) * 3).astype(np.float32)
     owner = rng.integers(0, 3, 23)
@@ -205,8 +206,8 @@ def test_command_policy_matches_torch(discrete, algo):
     """UDRL's and RCP's CommandPolicy acts in the actor workers in numpy: the torch model's mode, log-probs the torch
     distribution agrees with, samples from its distribution, and the warm-up's uniform actions before any update."""
     from appo.config.cfg import parse_cfg
-    from appo.models.command_policy import CommandPolicy, NumpyCommandPolicy
-    from appo.models.numpy_twins import make_numpy_policy
+    from appo.models.command_policy import CommandPolicy
+    from appo.models.numpy_twins import NumpyCommandPolicy, make_numpy_policy
 
     cfg = parse_cfg([f"--algo={algo}", "--env=CartPole-v1"])
     action_space = gym.spaces.Discrete(4) if discrete else gym.spaces.Box(-1, 1, (3,), np.float32)

@@ -1,4 +1,4 @@
-"""Recurrent models act in numpy: the GRU / LSTM pass of NumpyPolicy (one policy) and NumpyPolicyStack (a
+"""Recurrent models act in numpy: the GRU / LSTM pass of NumpyActorCritic (one policy) and NumpyPolicyStack (a
 population) is the torch model's `act` on the same weights and states, and the states it hands on, reset where
 episodes end as the env runner resets them, are the ones the learner's replay (`evaluate` with dones) computes.
 
@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from appo.config.cfg import Cfg
-from appo.models.actor_critic_numpy import NumpyPolicy, NumpyPolicyStack
+from appo.models.numpy_twins import NumpyActorCritic
+from appo.numpy_policy.actor_critic import NumpyPolicyStack
 from tests.unit.test_numpy_policy import random_model
 
 TOL = {"rtol": 0.0, "atol": 1e-5}
@@ -106,7 +107,7 @@ def check_against_torch(model, run: dict[str, np.ndarray], obs: np.ndarray, done
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
 def test_one_recurrent_policy_is_the_torch_model(rnn_type, space):
     model = random_model(recurrent_cfg(rnn_type), SPACES[space], seed=1)
-    fast = NumpyPolicy(model, seed=2)
+    fast = NumpyActorCritic(model, seed=2)
     obs, dones = sequence(3)
     run = step_numpy(fast.act, obs, dones, state_size(rnn_type))
     assert dones.sum() >= 10 and np.abs(run["states"]).max() > 0.1  # resets and states that matter
@@ -119,7 +120,7 @@ def test_a_recurrent_population_acts_with_each_envs_own_policy(rnn_type, space):
     """Three policies of different weights in one stacked pass: every env's values, log-probs and states are its
     own policy's, with uneven groups (padding rows in the stacked cell)."""
     models = [random_model(recurrent_cfg(rnn_type), SPACES[space], seed=s) for s in (4, 5, 6)]
-    stack = NumpyPolicyStack([NumpyPolicy(m, seed=s) for s, m in enumerate(models)], seed=7)
+    stack = NumpyPolicyStack([NumpyActorCritic(m, seed=s) for s, m in enumerate(models)], seed=7)
     owner = np.array([0, 2, 1, 2, 2, 0, 1, 2, 2, 0, 2])
     obs, dones = sequence(8)
     run = step_numpy(lambda o, h: stack.act(o, owner, h), obs, dones, state_size(rnn_type))
@@ -137,8 +138,8 @@ def test_deterministic_actions_are_torchs_mode(rnn_type, space):
     obs = (rng.standard_normal((N, 5)) * 3).astype(np.float32)
     states = rng.standard_normal((N, state_size(rnn_type))).astype(np.float32) * 0.5
     owner = np.arange(N) % 2
-    single = NumpyPolicy(models[0], seed=0).act(obs, states, deterministic=True)
-    stacked = NumpyPolicyStack([NumpyPolicy(m, seed=0) for m in models], seed=0).act(obs, owner, states, True)
+    single = NumpyActorCritic(models[0], seed=0).act(obs, states, deterministic=True)
+    stacked = NumpyPolicyStack([NumpyActorCritic(m, seed=0) for m in models], seed=0).act(obs, owner, states, True)
     for out, mine, model in [(single, np.ones(N, bool), models[0])] + [
         (stacked, owner == k, models[k]) for k in (0, 1)
     ]:
@@ -167,7 +168,7 @@ def test_saturated_gates_raise_no_warnings(rnn_type):
     states = rng.standard_normal((N, state_size(rnn_type))).astype(np.float32)
     with warnings.catch_warnings(), np.errstate(all="raise"):
         warnings.simplefilter("error")
-        out = NumpyPolicy(model, seed=0).act(obs, states, deterministic=True)
+        out = NumpyActorCritic(model, seed=0).act(obs, states, deterministic=True)
     with torch.no_grad():
         expected = model.act(torch.from_numpy(obs), torch.from_numpy(states), deterministic=True)
     np.testing.assert_allclose(out.values, expected.values.numpy(), **TOL)
@@ -176,7 +177,7 @@ def test_saturated_gates_raise_no_warnings(rnn_type):
 
 def test_core_weights_are_reread_and_states_are_required():
     model = random_model(recurrent_cfg("gru"), SPACES["box"], seed=0)
-    fast = NumpyPolicy(model, seed=0)
+    fast = NumpyActorCritic(model, seed=0)
     obs, states = np.ones((2, 5), np.float32), np.zeros((2, 16), np.float32)
     before = fast.act(obs, states).rnn_states
     with torch.no_grad():
@@ -191,4 +192,4 @@ def test_core_weights_are_reread_and_states_are_required():
     # A stack of recurrent and feed-forward members, or of other cells or sizes, is refused.
     for other in [Cfg(), recurrent_cfg("lstm"), Cfg(use_rnn=True, rnn_size=8, encoder_mlp_layers=[32, 24])]:
         with pytest.raises(ValueError, match="another architecture"):
-            NumpyPolicyStack([fast, NumpyPolicy(random_model(other, SPACES["box"]), seed=1)], seed=0)
+            NumpyPolicyStack([fast, NumpyActorCritic(random_model(other, SPACES["box"]), seed=1)], seed=0)

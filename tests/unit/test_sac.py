@@ -17,12 +17,11 @@ from appo.algorithms.sac.replay import Replay, transitions
 from appo.config.cfg import merge_cfg
 from appo.config.derive import derive
 from appo.config.verify import verify
-from appo.models.numpy_twins import make_numpy_policy
+from appo.models.numpy_twins import NumpySquashedGaussian, make_numpy_policy
 from appo.models.registry import make_model
 from appo.models.squashed_gaussian import (
     LOG_STD_MAX,
     LOG_STD_MIN,
-    NumpySquashedGaussian,
     SquashedGaussianActor,
     polyak_update,
     squashed_log_prob,
