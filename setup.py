@@ -46,7 +46,7 @@ setup(
         "box2d": ["box2d>=2.3.10"],  # LunarLander-v3 (the UDRL benchmark); a manylinux wheel, no build
         # --backend=ray and sweeps on a cluster: the minimal package (no dashboard); tested with 2.60.0 (cp311 wheel)
         "ray": ["ray>=2.60,<2.61"],
-        # --with_wandb: experiment tracking (appo/driver/tracking.py); several runs in one process (reinit="create_new")
+        # --with_wandb: experiment tracking (utils/tracking.py); several runs in one process (reinit="create_new")
         # need 0.19.10 or newer; tested with 0.31.0 (offline: WANDB_MODE=offline)
         "wandb": ["wandb>=0.19.10"],
         # python -m appo.export --format=onnx, and onnxruntime to check the graph (tests/integration/test_export.py)

@@ -33,3 +33,11 @@ def init_logging(level: str = "info", log_file: Path | None = None, process_name
         file_handler = logging.FileHandler(log_file, mode="a")
         file_handler.setFormatter(formatter)
         log.addHandler(file_handler)
+
+
+def first_line(exc: BaseException, limit: int = 0) -> str:
+    """An exception as one line for a log or an error message: the first non-empty line of its message (the
+    exception's type name when it has none), cut to `limit` characters when `limit` > 0 (Ray's run to pages)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text[:limit] if limit > 0 else text

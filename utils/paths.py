@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -40,6 +41,19 @@ def summaries_dir(exp_dir: Path, policy_id: int) -> Path:
 
 def videos_dir(exp_dir: Path) -> Path:
     return exp_dir / "videos"
+
+
+def best_policy_path(exp_dir: Path) -> Path:
+    """PBT's pick of the population (appo/driver/pbt_controller.py keeps it current; enjoy.py --policy_index=best)."""
+    return Path(exp_dir) / "best_policy.json"
+
+
+def read_best_policy(exp_dir: Path) -> int | None:
+    """The policy index best_policy.json names, or None when the run has no such file."""
+    path = best_policy_path(exp_dir)
+    if not path.exists():
+        return None
+    return int(json.loads(path.read_text())["policy_index"])
 
 
 def write_text_atomic(path: Path, text: str) -> None:

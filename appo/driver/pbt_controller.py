@@ -25,9 +25,8 @@ from appo.config.pbt import Event, Population
 from appo.driver.stats import PolicyStats
 from appo.protocol.messages import CopyPolicy, SetHyperparams
 from appo.utils.logging import log
-from appo.utils.paths import write_text_atomic
+from appo.utils.paths import best_policy_path, write_text_atomic
 
-BEST_POLICY_FILE = "best_policy.json"
 PBT_LOG_FILE = "pbt.jsonl"
 PBT_STATE_FILE = "pbt_state.json"
 MIN_EPISODES = 10  # a policy with fewer recent episodes has no train_return objective yet
@@ -138,17 +137,9 @@ class PbtController:
             "hparams": [p.hparams for p in policies],
             "time": time.time(),
         }
-        path = self.exp_dir / BEST_POLICY_FILE
+        path = best_policy_path(self.exp_dir)
         write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def _num(value: float | None) -> float:
     return math.nan if value is None else value
-
-
-def read_best_policy(exp_dir: Path) -> int | None:
-    """The policy index best_policy.json names, or None when the run has no such file."""
-    path = Path(exp_dir) / BEST_POLICY_FILE
-    if not path.exists():
-        return None
-    return int(json.loads(path.read_text())["policy_index"])

@@ -176,14 +176,14 @@ def eval_line(report: EvalReport) -> str:
 
 class SummaryWriters:
     """One tensorboard run per policy under summaries/<policy_id>/; under --with_wandb each writer also logs every
-    scalar into its policy's wandb run (appo/driver/tracking.py)."""
+    scalar into its policy's wandb run (utils/tracking.py)."""
 
     def __init__(self, summaries_root: Path, num_policies: int, cfg: Any = None) -> None:
         from tensorboardX import SummaryWriter
 
         self.writers = [SummaryWriter(str(summaries_root / str(pid)), flush_secs=10) for pid in range(num_policies)]
         if cfg is not None and cfg.with_wandb:
-            from appo.driver.tracking import mirror_writers  # wandb is imported only then
+            from appo.utils.tracking import mirror_writers  # wandb is imported only then
 
             self.writers = mirror_writers(self.writers, cfg, summaries_root.parent)
 

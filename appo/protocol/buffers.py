@@ -83,7 +83,8 @@ def actor_fields(
 ) -> dict[str, TensorSpec]:
     """Per-step fields an algorithm may ask for (its spec's `trajectory_fields`, by name), which actor workers then fill
     (appo/sampling/env_runner.py): the task each step ran (its index in the train split, -1 for envs without
-    tasks), the episode it belongs to (unique in the run: global env index << 32 | the env's episode count),
+    tasks), the episode it belongs to (unique in the run: appo/protocol/episode_ids.py packs env, worker
+    incarnation and episode count),
     the weight set that acted (appo/protocol/control.py), and (given the observation space) `final_obs`: the observation
     the env returned at a step that ended its episode, which obs[t + 1] does not hold (it is the next episode's
     first); written only at those steps, poison elsewhere."""

@@ -38,19 +38,11 @@ from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.envs import make_task_assigner, run_tasks
 from appo.envs.schedules import TaskAssigner
+from appo.protocol import episode_ids
 from appo.protocol.buffers import first_env, first_slot, group_index
 from appo.protocol.control import FREE, PolicyDraw
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.sampling.split_envs import SplitEnvs
-
-# An episode's id (the `episode_ids` field): its env's global index, the incarnation of the actor worker that ran
-# it (a restarted worker counts its episodes from 0 again: without it a new episode would take a dead worker's id,
-# and UDRL/RCP would splice their steps), and the env's episode count, in bits 40+, 24-39 and 0-23.
-EPISODE_ENV_SHIFT, EPISODE_INCARNATION_SHIFT = 40, 24
-
-
-def episode_ids(envs: np.ndarray, incarnation: int, counts: np.ndarray) -> np.ndarray:
-    return (envs << EPISODE_ENV_SHIFT) | ((incarnation & 0xFFFF) << EPISODE_INCARNATION_SHIFT) | (counts & 0xFFFFFF)
 
 
 class EnvRunner(SplitEnvs):
@@ -346,7 +338,7 @@ class EnvRunner(SplitEnvs):
             return self.env_task
         if name == "weight_sets":
             return self.env_weights
-        return episode_ids(
+        return episode_ids.pack(
             self.first_env + np.arange(self.num_envs, dtype=np.int64), self.incarnation, self.episode_count
         )
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from appo.config.cfg import Cfg, _f, experiment_dir
 from appo.envs import UnknownEnvError, make_run_env, trial_length
-from appo.utils.logging import init_logging, log
+from appo.utils.logging import first_line, init_logging, log
 from appo.utils.paths import cfg_path, checkpoint_dir, videos_dir
 
 if TYPE_CHECKING:  # torch is imported where it is used, so `enjoy.py --help` and bad-input errors stay fast
@@ -81,12 +81,12 @@ def check_flags(cfg: EnjoyCfg) -> None:
 
 def resolve_policy_index(cfg: EnjoyCfg) -> int:
     """--policy_index as a number; `best` reads the run's best_policy.json (kept current by the driver)."""
-    from appo.driver.pbt_controller import BEST_POLICY_FILE, read_best_policy
+    from appo.utils.paths import best_policy_path, read_best_policy
 
     if cfg.policy_index == "best":
         best = read_best_policy(experiment_dir(cfg))
         if best is None:
-            raise EnjoyError(f"--policy_index=best: {experiment_dir(cfg) / BEST_POLICY_FILE} does not exist yet")
+            raise EnjoyError(f"--policy_index=best: {best_policy_path(experiment_dir(cfg))} does not exist yet")
         return best
     if not cfg.policy_index.isdigit() or int(cfg.policy_index) >= cfg.num_policies:
         raise EnjoyError(
@@ -149,7 +149,7 @@ def load_policy_state(cfg: EnjoyCfg) -> tuple[dict[str, Any], Path]:
     try:
         return load_checkpoint(path), path
     except Exception as exc:  # truncated, corrupted, or refused by weights_only: all mean "unusable"
-        raise EnjoyError(f"--checkpoint={path}: cannot load ({type(exc).__name__}: {_first_line(exc)})") from exc
+        raise EnjoyError(f"--checkpoint={path}: cannot load ({type(exc).__name__}: {first_line(exc)})") from exc
 
 
 def build_policy(cfg: EnjoyCfg, env: gym.Env, state: dict[str, Any], path: Path) -> ActorCritic:
@@ -159,13 +159,8 @@ def build_policy(cfg: EnjoyCfg, env: gym.Env, state: dict[str, Any], path: Path)
     try:
         model.load_state_dict(state["model"])
     except (KeyError, RuntimeError) as exc:
-        raise EnjoyError(f"{path}: does not fit the model of cfg.json ({_first_line(exc)})") from exc
+        raise EnjoyError(f"{path}: does not fit the model of cfg.json ({first_line(exc)})") from exc
     return model.eval()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # --- tasks --------------------------------------------------------------------------------------------------
@@ -209,7 +204,7 @@ class VideoWriter:
             self._writer = imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps, macro_block_size=2)
         except (ImportError, RuntimeError) as exc:  # imageio-ffmpeg (the ffmpeg binary) missing
             raise EnjoyError(
-                f"--save_video: cannot start ffmpeg ({_first_line(exc)}); pip install imageio-ffmpeg"
+                f"--save_video: cannot start ffmpeg ({first_line(exc)}); pip install imageio-ffmpeg"
             ) from exc
 
     def add(self, frame: np.ndarray) -> None:
@@ -283,12 +278,12 @@ def make_eval_env(cfg: EnjoyCfg, plan: RenderPlan) -> tuple[gym.Env, RenderPlan]
         except (ValueError, gym.error.DependencyNotInstalled) as exc:
             if isinstance(exc, UnknownEnvError) or cfg.render_mode != "auto" or plan.record_video:
                 raise
-            log.info("--env=%s cannot render (%s): not rendering", cfg.env, _first_line(exc))
+            log.info("--env=%s cannot render (%s): not rendering", cfg.env, first_line(exc))
             return make_run_env(cfg, split=split), RenderPlan(None, False)
     except UnknownEnvError as exc:
         raise EnjoyError(str(exc)) from exc
     except (ValueError, gym.error.DependencyNotInstalled) as exc:
-        raise EnjoyError(f"--env={cfg.env} with render_mode={plan.env_render_mode}: {_first_line(exc)}") from exc
+        raise EnjoyError(f"--env={cfg.env} with render_mode={plan.env_render_mode}: {first_line(exc)}") from exc
 
 
 def evaluate_policy(cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, video: VideoWriter | None) -> None:
@@ -301,7 +296,7 @@ def evaluate_policy(cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, video: Vide
     try:
         returns = run_all(cfg, env, model, on_frame)
     except gym.error.DependencyNotInstalled as exc:  # e.g. pygame, needed only once a frame is drawn
-        raise EnjoyError(f"rendering --env={cfg.env}: {_first_line(exc)}") from exc
+        raise EnjoyError(f"rendering --env={cfg.env}: {first_line(exc)}") from exc
     print_summary(returns, trial_length(cfg))
 
 
@@ -346,7 +341,7 @@ def _enjoy_adaptation(cfg: EnjoyCfg, state: dict[str, Any], ckpt_path: Path, pla
 
         enjoy_maml(cfg, state, plan.env_render_mode, video)
     except ValueError as exc:  # --task out of the test split's range
-        raise EnjoyError(_first_line(exc)) from exc
+        raise EnjoyError(first_line(exc)) from exc
     finally:
         if video is not None:
             video.close()
@@ -359,7 +354,7 @@ def show_video(cfg: EnjoyCfg, video: VideoWriter, state: dict[str, Any]) -> None
     """Say where the mp4 is; for a run trained --with_wandb, log it into the policy's wandb run too."""
     print(f"video: {video.path} ({video.num_frames} frames)", flush=True)
     if cfg.with_wandb:
-        from appo.driver.tracking import TrackingError, log_video
+        from appo.utils.tracking import TrackingError, log_video
 
         steps = int(state.get("env_steps") or 0)  # the checkpoint's: where the video sits on the x-axis
         try:

@@ -96,7 +96,7 @@ def run_labels(runs: list[Path]) -> list[str]:
 
 def select_policies(run: Path, policy_index: str = "all") -> list[tuple[int, Path]]:
     """The summary folders of `run` that --policy_index picks: all, a number, or best (best_policy.json)."""
-    from appo.driver.pbt_controller import read_best_policy
+    from appo.utils.paths import read_best_policy
 
     policies = policy_summary_dirs(run)
     if policy_index == "all":

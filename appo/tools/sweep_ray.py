@@ -81,7 +81,7 @@ class RayRuns:
         import ray
         from ray.exceptions import RayError
 
-        from appo.backends.ray.connection import first_line
+        from appo.utils.logging import first_line
 
         if not self.refs:
             return []
@@ -93,7 +93,7 @@ class RayRuns:
                 result = ray.get(ref)
                 out.append((name, int(result["status"]), result))
             except RayError as exc:
-                out.append((name, -1, {"error": first_line(exc)}))
+                out.append((name, -1, {"error": first_line(exc, 160)}))
         return out
 
     def stop(self) -> None:

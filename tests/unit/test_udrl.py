@@ -19,8 +19,8 @@ from appo.config.verify import verify
 from appo.envs import make_run_env
 from appo.envs.reward_conditioning import CommandObservation, SparseReward
 from appo.models.registry import make_model
+from appo.protocol import episode_ids
 from appo.protocol.buffers import allocate_control
-from appo.sampling.env_runner import episode_ids
 from tests.support.chain_env import ChainEnv
 
 CHAIN = "tests.support.chain_env:ChainEnv"
@@ -161,7 +161,7 @@ def chain_batch(rights: list[list[int]], episode_base: int = 0, command=(5.0, 10
         "rewards": rewards,
         "dones": dones,
         # Row n: env n's episode number `episode_base`, as an actor worker numbers them
-        "episode_ids": torch.from_numpy(episode_ids(np.arange(N), 0, np.full(N, episode_base)))
+        "episode_ids": torch.from_numpy(episode_ids.pack(np.arange(N), 0, np.full(N, episode_base)))
         .unsqueeze(1)
         .expand(N, 10)
         .clone(),
@@ -283,7 +283,7 @@ def test_a_restarted_workers_episode_is_not_spliced_onto_the_dead_workers():
     partial: dict = {}
     assert stitch(first_half, 2, partial) == [] and len(partial) == 1  # the worker dies here, mid-episode
     restarted = chain_batch([[0] * 10])  # the new incarnation's first episode on the same env
-    restarted["episode_ids"] = torch.from_numpy(episode_ids(np.zeros(1, np.int64), 1, np.zeros(1, np.int64)))
+    restarted["episode_ids"] = torch.from_numpy(episode_ids.pack(np.zeros(1, np.int64), 1, np.zeros(1, np.int64)))
     restarted["episode_ids"] = restarted["episode_ids"].unsqueeze(1).expand(1, 10).clone()
     assert int(restarted["episode_ids"][0, 0]) != int(whole["episode_ids"][0, 0])
     (states, actions, rewards), *more = stitch(restarted, 2, partial)

@@ -24,7 +24,7 @@ from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
 from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_bounds
 from appo.algorithms.common.returns import gae, vtrace
-from appo.algorithms.ppo.diagnostics import read_diagnostics
+from appo.algorithms.ppo.diagnostics import kl_sums, read_diagnostics, value_moments
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 
@@ -92,9 +92,9 @@ class PPO(Algorithm):
             for idx, n_steps in self._minibatches(N, T, is_per_step, offset, n_global):
                 if probe is None:
                     probe = idx
-                    diagnostics = self._diagnostics(b, idx, is_per_step, "kl_before")
+                    diagnostics = kl_sums(self.model, b, idx, is_per_step, self.derived.recurrence, "kl_before")
                     if adv_all is not None:
-                        diagnostics |= self._value_moments(b, adv_all, ret_all)
+                        diagnostics |= value_moments(adv_all, ret_all)
                 if is_per_step:
                     loss, mb_stats = self._per_step_loss(b, idx, adv_all, ret_all, n_steps, old_dist)
                 else:
@@ -113,7 +113,7 @@ class PPO(Algorithm):
                 lr = self._adapt_learning_rate(epoch_kl[-1:], "kl_adaptive_minibatch", lr)
             lr = self._adapt_learning_rate(epoch_kl, "kl_adaptive_epoch", lr)
         if probe is not None:
-            diagnostics |= self._diagnostics(b, probe, is_per_step, "kl_after")
+            diagnostics |= kl_sums(self.model, b, probe, is_per_step, self.derived.recurrence, "kl_after")
         # Each rank's statistics are its parts of the global means; the gradient norm is every rank's already.
         sums = self.ranks.sum_stats(sums, same_on_every_rank=("grad_norm",))
         stats = {key: value / max(count, 1) for key, value in sums.items()}
@@ -133,36 +133,6 @@ class PPO(Algorithm):
             with torch.no_grad():
                 log_std.clamp_(min=floor, max=ceiling)
         return {"std": float(log_std.detach().exp().mean())}
-
-    # --- diagnostics --------------------------------------------------------------------------------
-    @torch.no_grad()
-    def _diagnostics(self, b: dict[str, Tensor], idx: Tensor, is_per_step: bool, name: str) -> dict[str, float]:
-        """Sum and count of the k3 estimate of KL(behaviour || current weights) over the minibatch `idx` (this
-        rank's part), from the model itself (no DDP hooks, no normaliser updates)."""
-        T = b["rewards"].shape[1]
-        if idx.numel() == 0:
-            return {f"{name}_sum": 0.0, f"{name}_n": 0.0}
-        if is_per_step:
-            n, t = idx // T, idx % T
-            step = lambda key: b[key][n, t].unsqueeze(1)  # noqa: E731 - [n, 1, ...]
-            out = self.model(step("obs"), step("actions"), step("rnn_states"), step("dones"), 1)
-            old = b["log_probs"][n, t].unsqueeze(1)
-        else:
-            obs, rnn = b["obs"][idx], b["rnn_states"][idx]
-            out = self.model(obs[:, :T], b["actions"][idx], rnn[:, :T], b["dones"][idx], self.derived.recurrence)
-            old = b["log_probs"][idx]
-        log_ratio = out.log_probs - old
-        kl = (log_ratio.exp() - 1.0) - log_ratio
-        return {f"{name}_sum": float(kl.sum()), f"{name}_n": float(kl.numel())}
-
-    def _value_moments(self, b: dict[str, Tensor], adv: Tensor, returns: Tensor) -> dict[str, float]:
-        """Sums for the explained variance of this iteration's value targets by the values before the update
-        (GAE: the values are the targets minus the advantages), mergeable over ranks."""
-        r, e = returns.double(), adv.double()  # e = returns - values
-        return {"ev_n": float(r.numel()), "ev_r": float(r.sum()), "ev_rr": float((r * r).sum())} | {
-            "ev_e": float(e.sum()),
-            "ev_ee": float((e * e).sum()),
-        }
 
     def _update_normalizer(self, normalizer: Any, x: Tensor) -> None:
         if self.ranks.is_distributed:

@@ -1,7 +1,45 @@
-"""PPO's diagnostics from summed parts: each rank sums its own, appo/learning/distributed.py sums them over the
-ranks, and this reads the whole batch's figures from the totals."""
+"""PPO's diagnostics: the approximate KL between the behaviour policy and the weights before and after an
+iteration's update (on its first minibatch), and the explained variance of the value targets by the values before
+it. Each learner rank sums its own part (`kl_sums`, `value_moments`), appo/learning/distributed.py sums the parts
+over the ranks, and `read_diagnostics` reads the whole batch's figures from the totals."""
 
 from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+@torch.no_grad()
+def kl_sums(
+    model: nn.Module, b: dict[str, Tensor], idx: Tensor, is_per_step: bool, recurrence: int, name: str
+) -> dict[str, float]:
+    """Sum and count of the k3 estimate of KL(behaviour || current weights) over the minibatch `idx` (this
+    rank's part), from the model itself (no DDP hooks, no normaliser updates)."""
+    T = b["rewards"].shape[1]
+    if idx.numel() == 0:
+        return {f"{name}_sum": 0.0, f"{name}_n": 0.0}
+    if is_per_step:
+        n, t = idx // T, idx % T
+        step = lambda key: b[key][n, t].unsqueeze(1)  # noqa: E731 - [n, 1, ...]
+        out = model(step("obs"), step("actions"), step("rnn_states"), step("dones"), 1)
+        old = b["log_probs"][n, t].unsqueeze(1)
+    else:
+        obs, rnn = b["obs"][idx], b["rnn_states"][idx]
+        out = model(obs[:, :T], b["actions"][idx], rnn[:, :T], b["dones"][idx], recurrence)
+        old = b["log_probs"][idx]
+    log_ratio = out.log_probs - old
+    kl = (log_ratio.exp() - 1.0) - log_ratio
+    return {f"{name}_sum": float(kl.sum()), f"{name}_n": float(kl.numel())}
+
+
+def value_moments(adv: Tensor, returns: Tensor) -> dict[str, float]:
+    """Sums for the explained variance of this iteration's value targets by the values before the update
+    (GAE: the values are the targets minus the advantages), mergeable over ranks."""
+    r, e = returns.double(), adv.double()  # e = returns - values
+    return {"ev_n": float(r.numel()), "ev_r": float(r.sum()), "ev_rr": float((r * r).sum())} | {
+        "ev_e": float(e.sum()),
+        "ev_ee": float((e * e).sum()),
+    }
 
 
 def read_diagnostics(d: dict[str, float]) -> dict[str, float]:

@@ -36,7 +36,7 @@ from appo.config.derive import Derived
 from appo.models.command_policy import CommandPolicy  # registers the model kind
 from appo.models.device import to_device, to_host
 from appo.protocol.control import set_commands
-from appo.sampling.env_runner import EPISODE_ENV_SHIFT
+from appo.protocol.episode_ids import env_of
 from appo.sampling.evaluator import run_episode
 from appo.utils.logging import log
 
@@ -76,8 +76,8 @@ def stitch(
         for end in ends if ends and ends[-1] == T else [*ends, T]:
             episode = int(ids[n, start])
             if episode not in partial:
-                env = episode >> EPISODE_ENV_SHIFT
-                for stale in [k for k in partial if k >> EPISODE_ENV_SHIFT == env]:
+                env = env_of(episode)
+                for stale in [k for k in partial if env_of(k) == env]:
                     del partial[stale]
             chunk = (
                 obs[n, start:end, :state_dims].clone(),

@@ -41,12 +41,12 @@ import numpy as np
 
 from appo.backends.local import LocalBackend
 from appo.backends.ray.actors import IN_FLIGHT, ActorState, RayActorWorker, remote_actor_class
-from appo.backends.ray.connection import connect, first_line
+from appo.backends.ray.connection import connect
 from appo.models.registry import make_model
 from appo.protocol.buffers import worker_envs
 from appo.protocol.messages import SlotsReleased
 from appo.protocol.wiring import actor_inbox, send
-from appo.utils.logging import log
+from appo.utils.logging import first_line, log
 
 
 class RayBackend(LocalBackend):
@@ -190,7 +190,7 @@ class RayBackend(LocalBackend):
             if ref == state.started and isinstance(exc, ray.exceptions.ActorUnavailableError):
                 state.started, state.start_at = None, time.monotonic() + 0.5  # Ray is still bringing it back
             else:
-                self._restart(w, state, f"died ({type(exc).__name__}: {first_line(exc)})")
+                self._restart(w, state, f"died ({type(exc).__name__}: {first_line(exc, 160)})")
             return []
         except ray.exceptions.RayError as exc:  # an exception inside the actor: the run fails, as locally
             self.failures.append(f"actor_worker_{w}: {str(exc).strip().splitlines()[-1]}")

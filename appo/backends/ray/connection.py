@@ -8,12 +8,6 @@ import signal
 from appo.config.cfg import Cfg
 
 
-def first_line(exc: BaseException, limit: int = 160) -> str:
-    """The first non-empty line of an exception's message, cut to `limit` characters (Ray's run to pages)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else "")[:limit]
-
-
 def connect(cfg: Cfg, namespace: str | None = None) -> bool:
     """Join the cluster at --ray_address, or start a private instance on loopback; returns whether Ray was
     started here (and so is to be stopped at exit)."""

@@ -10,6 +10,7 @@ to check that it imports)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -18,8 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from appo.config.cfg import Cfg, cfg_to_dict
-from appo.utils.logging import log
+from appo.utils.logging import first_line, log
 from appo.utils.paths import write_text_atomic
 
 IDS_FILE = "wandb_ids.json"  # {"<policy id>": "<wandb run id>"} in the run's folder
@@ -31,16 +31,11 @@ class TrackingError(Exception):
     """wandb missing, or a wandb run that cannot be opened: one line, naming the flag."""
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def import_wandb() -> Any:
     try:
         import wandb
     except ImportError as exc:
-        raise TrackingError(f"--with_wandb: cannot import wandb ({_first_line(exc)}); {INSTALL}") from None
+        raise TrackingError(f"--with_wandb: cannot import wandb ({first_line(exc)}); {INSTALL}") from None
     return wandb
 
 
@@ -55,7 +50,7 @@ def run_ids(exp_dir: Path, num_policies: int) -> list[str]:
     try:
         ids = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, json.JSONDecodeError) as exc:
-        raise TrackingError(f"--with_wandb: {path} is unreadable ({_first_line(exc)}); remove it") from None
+        raise TrackingError(f"--with_wandb: {path} is unreadable ({first_line(exc)}); remove it") from None
     if not isinstance(ids, dict):
         raise TrackingError(f"--with_wandb: {path} is not a JSON object; remove it")
     missing = [str(pid) for pid in range(num_policies) if str(pid) not in ids]
@@ -66,7 +61,7 @@ def run_ids(exp_dir: Path, num_policies: int) -> list[str]:
     return [str(ids[str(pid)]) for pid in range(num_policies)]
 
 
-def open_run(wandb: Any, cfg: Cfg, exp_dir: Path, policy_id: int, run_id: str, job_type: str = "train") -> Any:
+def open_run(wandb: Any, cfg: Any, exp_dir: Path, policy_id: int, run_id: str, job_type: str = "train") -> Any:
     """The policy's wandb run, resumed by id if it exists (wandb files under train_dir/NAME/ unless WANDB_DIR says
     otherwise); `env_steps` made the x-axis of every metric. Training passes the cfg as the run's config."""
     tags = [t.strip() for t in cfg.wandb_tags.split(",") if t.strip()]
@@ -79,7 +74,7 @@ def open_run(wandb: Any, cfg: Cfg, exp_dir: Path, policy_id: int, run_id: str, j
             resume="allow",
             tags=tags or None,
             job_type=job_type,
-            config={**cfg_to_dict(cfg), "policy_id": policy_id} if job_type == "train" else None,
+            config={**dataclasses.asdict(cfg), "policy_id": policy_id} if job_type == "train" else None,
             dir=None if os.environ.get("WANDB_DIR") else str(exp_dir),
             reinit="create_new",  # one run per policy in this process, next to any run of the caller's own
             # The driver's console goes to the first policy's run only (every run would get the same lines).
@@ -88,7 +83,7 @@ def open_run(wandb: Any, cfg: Cfg, exp_dir: Path, policy_id: int, run_id: str, j
         run.define_metric(STEP)
         run.define_metric("*", step_metric=STEP)
     except Exception as exc:  # no API key, no network in online mode, a bad project name: all one line
-        raise TrackingError(f"--with_wandb: wandb.init of policy {policy_id} failed ({_first_line(exc)})") from None
+        raise TrackingError(f"--with_wandb: wandb.init of policy {policy_id} failed ({first_line(exc)})") from None
     return run
 
 
@@ -120,7 +115,7 @@ class WandbMirror:
             for step in sorted(rows):
                 self.run.log({STEP: step, **rows[step]})
         except Exception as exc:
-            log.warning("wandb: logging failed (%s); tensorboard only from here on", _first_line(exc))
+            log.warning("wandb: logging failed (%s); tensorboard only from here on", first_line(exc))
             self._finish()
 
     def flush(self) -> None:
@@ -133,7 +128,7 @@ class WandbMirror:
             try:
                 run.finish()
             except Exception as exc:
-                log.warning("wandb: finishing run %s failed (%s)", getattr(run, "id", "?"), _first_line(exc))
+                log.warning("wandb: finishing run %s failed (%s)", getattr(run, "id", "?"), first_line(exc))
 
     def close(self) -> None:
         try:
@@ -143,7 +138,7 @@ class WandbMirror:
             self.writer.close()
 
 
-def mirror_writers(writers: list[Any], cfg: Cfg, exp_dir: Path) -> list[WandbMirror]:
+def mirror_writers(writers: list[Any], cfg: Any, exp_dir: Path) -> list[WandbMirror]:
     """The policies' tensorboard writers, each mirrored into its policy's wandb run. A run that cannot be opened
     is a usage error: the runs opened so far are finished, every writer closed, one `error:` line, exit 2."""
     mirrors: list[WandbMirror] = []
@@ -163,7 +158,7 @@ def mirror_writers(writers: list[Any], cfg: Cfg, exp_dir: Path) -> list[WandbMir
     return mirrors
 
 
-def log_video(cfg: Cfg, exp_dir: Path, policy_id: int, path: Path, env_steps: int) -> str:
+def log_video(cfg: Any, exp_dir: Path, policy_id: int, path: Path, env_steps: int) -> str:
     """An mp4 written by enjoy.py --save_video, logged as `video/enjoy` at `env_steps` into the policy's wandb run
     (resumed by the id in wandb_ids.json, made there if training never opened one); returns the run id. The file is
     passed as it is (wandb.Video of a path needs no moviepy)."""
@@ -173,7 +168,7 @@ def log_video(cfg: Cfg, exp_dir: Path, policy_id: int, path: Path, env_steps: in
     try:
         run.log({STEP: int(env_steps), "video/enjoy": wandb.Video(str(path), format="mp4")})
     except Exception as exc:
-        raise TrackingError(f"--with_wandb: logging {path} to wandb run {run_id} failed ({_first_line(exc)})") from None
+        raise TrackingError(f"--with_wandb: logging {path} to wandb run {run_id} failed ({first_line(exc)})") from None
     finally:
         run.finish()
     return run_id
