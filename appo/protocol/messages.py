@@ -193,7 +193,7 @@ class Stop(NamedTuple):
 
 
 class HvpRequest(NamedTuple):
-    """MAML: compute J_k F_k J_k v (appo/algorithms/maml/algorithm.py MamlTrpo.task_hvps) for each task row in `rows`
+    """MAML: compute J_k F_k J_k v (appo/maml/algorithm.py MamlTrpo.task_hvps) for each task row in `rows`
     of the
     meta-batch of `iteration` (episode buffers 0 and 1, meta-parameters in weight set 0) with v = the shared
     hvp vector; write it into the hvp output's row."""

@@ -1,4 +1,4 @@
-"""MAML-TRPO with --backend=ray (appo/backends/ray/maml.py): on Ray's two-node simulation (ray.cluster_utils), with
+"""MAML-TRPO with --backend=ray (appo/maml/ray_actors.py): on Ray's two-node simulation (ray.cluster_utils), with
 one rollout actor killed by SIGKILL mid-run and the run stopped and resumed, navigation2d's iterations, weights and
 meta-test are bit for bit those of the local backend with the same seed, and enjoy.py reads the run as a local
 one's; Ctrl-C of a run on a private Ray instance leaves no process and no Ray process behind."""

@@ -1,4 +1,4 @@
-"""MAML-TRPO's math (appo/algorithms/maml/algorithm.py, appo/algorithms/common/trpo.py): the second-order
+"""MAML-TRPO's math (appo/maml/algorithm.py, appo/algorithms/common/trpo.py): the second-order
 meta-gradient against finite
 differences in float64, the TRPO step's accept/reject contract, the cheap KL Hessian-vector product against the
 direct one, the baseline and GAE against plain loops, the actors' numpy policy against the torch one, and episodes
@@ -14,7 +14,7 @@ import torch
 
 from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.common.trpo import conjugate_gradient, line_search
-from appo.algorithms.maml.algorithm import (
+from appo.maml.algorithm import (
     Episodes,
     MamlPolicy,
     MamlTrpo,
@@ -25,8 +25,8 @@ from appo.algorithms.maml.algorithm import (
     params_of,
     unflatten,
 )
-from appo.models.categorical_mlp import MamlCategoricalPolicy, NumpyCategoricalMlp
-from appo.models.gaussian_mlp import NumpyGaussianMlp
+from appo.models.categorical_mlp import MamlCategoricalPolicy
+from appo.models.numpy_twins import NumpyCategoricalMlp, NumpyGaussianMlp
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -271,7 +271,7 @@ def test_bad_flags_are_one_line_naming_the_flag(flag: str, message: str, tmp_pat
 
 
 def test_ray_backend_is_accepted_with_its_own_checks(tmp_path: object) -> None:
-    # --backend=ray runs the task rollouts on Ray actors (appo/backends/ray/maml.py); the Ray flags' checks apply.
+    # --backend=ray runs the task rollouts on Ray actors (appo/maml/ray_actors.py); the Ray flags' checks apply.
     from appo.config.cfg import parse_cfg
     from appo.config.verify import verify
 
@@ -282,7 +282,7 @@ def test_ray_backend_is_accepted_with_its_own_checks(tmp_path: object) -> None:
 
 
 def test_defaults_follow_the_references() -> None:
-    from appo.algorithms.maml.flags import meta_batch_size
+    from appo.config.algorithms.maml import meta_batch_size
     from appo.config.cfg import parse_cfg
 
     nav = parse_cfg(["--algo=maml_trpo", "--env=navigation2d"])
@@ -296,7 +296,7 @@ def test_a_baseline_that_cannot_be_fitted_is_zero_and_said_in_the_log():
     """Issue 34: after five failed solves the linear baseline returned zero weights silently."""
     import logging
 
-    from appo.algorithms.maml.algorithm import fit_linear_baseline
+    from appo.maml.algorithm import fit_linear_baseline
     from appo.utils.logging import log
 
     records: list[logging.LogRecord] = []
@@ -315,7 +315,7 @@ def test_means_weigh_each_step_not_each_episode_as_documented() -> None:
     """MAML's means are over the steps taken (each step the same), where pytorch-maml-rl weighs each episode the
     same; on ragged episodes they differ. Kept deliberately: the reference's weighting made seed 0 of
     benchmarks/maml_navigation.py unstable (docs/algorithms.md, issue 34)."""
-    from appo.algorithms.maml.algorithm import masked_mean
+    from appo.maml.algorithm import masked_mean
 
     torch.manual_seed(3)
     mask = torch.zeros(5, 9)

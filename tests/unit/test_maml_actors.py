@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from appo.algorithms.maml.algorithm import MamlTrpo, flatten, make_policy, params_of
+from appo.maml.algorithm import MamlTrpo, flatten, make_policy, params_of
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -18,9 +18,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def serial_pool(cfg: Any, K: int, E: int, rows: int = 1) -> tuple[Any, Any, list[dict]]:
     """An in-process ActorPool (one actor worker, one split of E envs) and its episode buffers for K rows, over the
     run's task table (envs.run_tasks)."""
-    from appo.algorithms.maml.hvp import allocate_buffers, episode_horizon
-    from appo.backends.maml_actors import ActorPool
     from appo.envs import make_env, run_tasks
+    from appo.maml.actors import ActorPool
+    from appo.maml.buffers import allocate_buffers, episode_horizon
 
     env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps)
     spaces, T, tasks = (env.observation_space, env.action_space), episode_horizon(env), run_tasks(cfg, env)
@@ -65,9 +65,9 @@ def test_hvp_helpers_equal_the_learners_bit_for_bit() -> None:
     # The driver averages the tasks' products that the helper processes computed (each for the rows it was sent);
     # whatever the split, the result must be the learner's own product, bit for bit (1 vs 4 workers, serial mode).
     # The episodes come from an in-process actor worker, as in a run.
-    from appo.algorithms.maml.algorithm import mean_in_order
-    from appo.algorithms.maml.hvp import HvpHelper
     from appo.config.cfg import parse_cfg
+    from appo.maml.algorithm import mean_in_order
+    from appo.maml.hvp_pool import HvpHelper
     from appo.protocol.messages import HvpRequest
 
     cfg = parse_cfg(["--algo=maml_trpo", "--env=navigation2d", "--max_episode_steps=15", "--maml_mlp_layers", "8"])

@@ -38,7 +38,7 @@ ROUTES: list[tuple[Any, Callable[[Any], Any]]] = [
 # Stop: runner.shutdown puts it on each inbox and queue directly. ShardReady: learner rank 0 puts it on the inbox
 # of each other rank of its policy (appo/learning/distributed.py RankLink), outside the run's wiring.
 # HvpRequest / HvpReady: the MAML driver's own queues to and from its Hessian-vector-product helpers
-# (appo/algorithms/maml/hvp.py HvpPool).
+# (appo/maml/hvp_pool.py HvpPool).
 UNROUTED = [
     m.Stop("driver"),
     m.ShardReady(1, 2, 7, (16, 17, 18), 4096),

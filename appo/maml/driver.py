@@ -1,14 +1,14 @@
 """The MAML-TRPO driver (--algo=maml_trpo; appo/driver/runner.py hands the run here): meta-iterations are synchronous
 (every task's train episodes, then the adaptation, then every task's validation episodes, then the meta-step), so
 the driver is the learner and steps the engine's actor workers through whole episode batches rather than through
-the asynchronous batcher (appo/backends/maml_actors.py; with --backend=ray, the same actor-worker components in
-Ray actors: appo/backends/ray/maml.py):
+the asynchronous batcher (appo/maml/actors.py; with --backend=ray, the same actor-worker components in
+Ray actors: appo/maml/ray_actors.py):
 
     draw meta_batch_size train tasks (seeded by (seed, iteration))
     -> weight set 0 = theta; each task's train episodes on a free split of the actor workers (control channel)
-    -> theta'_k per task (appo/algorithms/maml/algorithm.py MamlTrpo.adapted) into weight sets 1 + k
+    -> theta'_k per task (appo/maml/algorithm.py MamlTrpo.adapted) into weight sets 1 + k
     -> validation episodes -> MamlTrpo.step (TRPO; the KL's Hessian-vector products spread over helper processes,
-       appo/algorithms/maml/hvp.py) -> summaries, status line, checkpoint, meta-test
+       appo/maml/hvp_pool.py) -> summaries, status line, checkpoint, meta-test
 
 The run directory is the engine's: cfg.json, log.txt, checkpoint_p0/ (model + counters; resume continues at the
 next iteration), summaries/0/ (maml/*, train/version = meta-iterations, meta_test/return_step<k>) and
@@ -27,16 +27,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from appo.algorithms.maml.algorithm import Episodes, MamlTrpo, make_policy, params_of
-from appo.algorithms.maml.flags import meta_batch_size
-from appo.algorithms.maml.hvp import HvpPool, allocate_buffers, episode_horizon
-from appo.backends.maml_actors import ActorPool
+from appo.config.algorithms.maml import meta_batch_size
 from appo.config.cfg import Cfg, experiment_dir
-from appo.driver.preflight import budget_spent
-from appo.driver.runner import STOP_SIGNALS, prepare
+from appo.driver.preflight import STOP_SIGNALS, budget_spent, prepare
 from appo.envs import PROJECT_ENVS, UnknownEnvError, env_kwargs, is_task_env, make_env
 from appo.envs.tasks import task_split
 from appo.learning.checkpoint import load_checkpoint, load_latest, save_checkpoint
+from appo.maml.actors import ActorPool
+from appo.maml.algorithm import Episodes, MamlTrpo, make_policy, params_of
+from appo.maml.buffers import allocate_buffers, episode_horizon
+from appo.maml.hvp_pool import HvpPool
 from appo.protocol.processes import limit_threads
 from appo.utils.logging import log
 from appo.utils.paths import checkpoint_dir, summaries_dir
@@ -85,7 +85,7 @@ class MamlRun:
         num_tasks = len(self.train_tasks) + len(self.test_tasks)  # envs.run_tasks: train, then test
         pool_class = ActorPool
         if self.cfg.backend == "ray":  # the same pool over Ray actors, on this machine or a cluster's nodes
-            from appo.backends.ray.maml import RayActorPool
+            from appo.maml.ray_actors import RayActorPool
 
             pool_class = RayActorPool
         self.pool = pool_class(self.cfg, spaces, self.horizon, self.buffers, 1 + self.rows, num_tasks)
@@ -210,8 +210,8 @@ def run(cfg: Cfg) -> int:
     from tensorboardX import SummaryWriter
 
     writer = SummaryWriter(str(summaries_dir(exp_dir, 0)), flush_secs=10)
-    if cfg.with_wandb:  # every scalar into the policy's wandb run too (appo/driver/tracking.py)
-        from appo.driver.tracking import mirror_writers
+    if cfg.with_wandb:  # every scalar into the policy's wandb run too (utils/tracking.py)
+        from appo.utils.tracking import mirror_writers
 
         writer = mirror_writers([writer], cfg, exp_dir)[0]
     received: list[int] = []

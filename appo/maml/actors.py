@@ -6,7 +6,7 @@ envs and runs one task's episodes per rollout of T = the env's time limit. For e
 free split, writes its envs' rows of the control channel (appo/protocol/control.py: the task as an index into
 envs.run_tasks, the weight set that acts, and the episode seeds from (seed, stream, iteration, row, episode)) and
 releases the split's slot group; the split's TrajectoryReady hands the episodes back, and they are copied into the
-task's row of the episode buffers (appo/algorithms/maml/hvp.py), which the meta-learner and its Hessian-vector
+task's row of the episode buffers (appo/maml/buffers.py), which the meta-learner and its Hessian-vector
 product helpers read. Episodes depend on their seeds, weights and the split's size alone, so one worker or four
 give the same bits, and a task whose worker died is simply run again by its successor.
 
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from appo.algorithms.maml.algorithm import MamlPolicy, Params, flatten
-from appo.algorithms.maml.hvp import EpisodeBuffers, episode_seed
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived, derive
+from appo.maml.algorithm import MamlPolicy, Params, flatten
+from appo.maml.buffers import EpisodeBuffers, episode_seed
 from appo.protocol.buffers import allocate_control, allocate_trajectories, first_env
 from appo.protocol.control import Assignment, ControlChannel
 from appo.protocol.messages import ErrorReport, SlotsReleased, Stop, TrajectoryReady
@@ -92,7 +92,7 @@ class ActorPool:
         return make_model(self.actor_cfg, *self.spaces)  # type: ignore[return-value]
 
     def start(self) -> None:
-        from appo.models.numpy_ops import numpy_description
+        from appo.models.numpy_twins import numpy_description
         from appo.protocol.shared_views import for_actor_process
         from appo.sampling.actor_worker import ActorWorker, run_actor_worker
         from appo.sampling.policy_worker import make_policy_workers

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from appo.algorithms.maml.algorithm import MamlTrpo, flatten, make_policy, params_of
-from appo.algorithms.maml.hvp import allocate_buffers, episode_horizon
-from appo.backends.maml_actors import ActorPool
-from appo.driver.maml import META_TEST_STREAM, episode_returns
 from appo.envs import env_kwargs, make_env
 from appo.envs.tasks import Task, task_family, task_split
-from appo.models.numpy_ops import make_numpy_policy
+from appo.maml.actors import ActorPool
+from appo.maml.algorithm import MamlTrpo, flatten, make_policy, params_of
+from appo.maml.buffers import allocate_buffers, episode_horizon
+from appo.maml.driver import META_TEST_STREAM, episode_returns
+from appo.models.numpy_twins import make_numpy_policy
 from appo.sampling.evaluator import run_episode
 
 

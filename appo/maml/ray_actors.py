@@ -1,6 +1,6 @@
 """--algo=maml_trpo --backend=ray: MAML's task rollouts on Ray actors, the meta-step on the driver as locally.
 
-The same pieces as APPO's Ray backend (appo/backends/ray/backend.py), driven the way appo/backends/maml_actors.py
+The same pieces as APPO's Ray backend (appo/backends/ray/backend.py), driven the way appo/maml/actors.py
 drives local actor workers:
 
   Ray actor (`RayMamlWorker`): a `RayActorWorker` (the same ActorWorker / EnvRunner / acting components over a
@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from appo.backends.maml_actors import RESULT_TIMEOUT, ActorPool
 from appo.backends.ray.actors import ActorState, RayActorWorker, remote_actor_class
-from appo.backends.ray.connection import connect, first_line
+from appo.backends.ray.connection import connect
+from appo.maml.actors import RESULT_TIMEOUT, ActorPool
 from appo.protocol.buffers import worker_envs
 from appo.protocol.messages import SlotsReleased
 from appo.protocol.wiring import close_all
-from appo.utils.logging import log
+from appo.utils.logging import first_line, log
 
 COLLECT_SECONDS = 1.0  # a call returns at the first finished split, or after this long
 
@@ -186,7 +186,7 @@ class RayActorPool(ActorPool):
                 if ref == state.started and isinstance(exc, ray.exceptions.ActorUnavailableError):
                     state.started, state.start_at = None, time.monotonic() + 0.5  # Ray is still bringing it back
                 else:
-                    out.append((w, self._restart(w, state, f"died ({type(exc).__name__}: {first_line(exc)})")))
+                    out.append((w, self._restart(w, state, f"died ({type(exc).__name__}: {first_line(exc, 160)})")))
                 continue
             except ray.exceptions.RayError as exc:  # an exception inside the actor: the run fails, as locally
                 raise RuntimeError(f"actor_worker_{w}: {str(exc).strip().splitlines()[-1]}") from None

@@ -2,11 +2,11 @@
 explicit parameter dicts (torch.func.functional_call), and `MamlTrpo`, the learner's meta-step.
 
 Data: a task's episodes are fixed-shape tensors `Episodes` ([E, T, ...], `mask` 1 on the steps taken), sampled by
-the actor workers (appo/backends/maml_actors.py); a meta-batch stacks K tasks' episodes. One meta-iteration, for
+the actor workers (appo/maml/actors.py); a meta-batch stacks K tasks' episodes. One meta-iteration, for
 every task k:
 
     A_k       = normalised GAE on the train episodes, linear feature baseline fitted on them   (no gradient)
-    theta'_k  = theta - fast_lr * grad_theta L_inner(theta; train_k)       (num_inner_steps times)
+    theta'_k  = theta - fast_lr * grad_theta L_inner(theta; train_k)       (num_inner_steps times: `inner_step`)
     L_outer   = mean_k -mean_t[ pi_theta'_k(a|s) / pi_old_k(a|s) * A'_k ]  on the validation episodes
     KL        = mean_k mean_t KL(pi_old_k || pi_theta'_k)
 
@@ -157,6 +157,19 @@ def inner_loss(model: nn.Module, params: Params, episodes: Episodes, adv: Tensor
     return -masked_mean(model.log_prob(dist, episodes.actions) * adv, episodes.mask)
 
 
+def inner_step(
+    model: nn.Module, params: Params, episodes: Episodes, adv: Tensor, fast_lr: float, first_order: bool = False
+) -> tuple[Params, tuple[Tensor, ...]]:
+    """The adaptation rule, the one place it is written in torch: one step of gradient descent on `inner_loss`,
+    theta' = params - fast_lr * grad; returns (theta', the gradient). Second order: the gradient keeps its graph, so
+    theta' is a differentiable function of `params`. (The numpy twin, tested against `MamlTrpo.adapted`:
+    appo/numpy_policy/maml_adapt.py.)"""
+    with torch.enable_grad():
+        loss = inner_loss(model, params, episodes, adv)
+        grads = torch.autograd.grad(loss, list(params.values()), create_graph=not first_order)
+    return {name: p - fast_lr * g for (name, p), g in zip(params.items(), grads, strict=True)}, grads
+
+
 def adapt(
     model: nn.Module,
     params: Params,
@@ -166,13 +179,9 @@ def adapt(
     num_steps: int,
     first_order: bool = False,
 ) -> Params:
-    """theta' after `num_steps` steps of gradient descent on `inner_loss` (the same episodes and advantages each
-    step). Second order: theta' stays a differentiable function of `params` through the gradients."""
+    """theta' after `num_steps` inner steps (`inner_step`) on the same episodes and advantages."""
     for _ in range(num_steps):
-        with torch.enable_grad():
-            loss = inner_loss(model, params, episodes, adv)
-            grads = torch.autograd.grad(loss, list(params.values()), create_graph=not first_order)
-        params = {name: p - fast_lr * g for (name, p), g in zip(params.items(), grads, strict=True)}
+        params, _ = inner_step(model, params, episodes, adv, fast_lr, first_order)
     return params
 
 
@@ -199,7 +208,7 @@ class MetaStats(NamedTuple):
 
 class MamlTrpo(Algorithm):
     """The meta-learner: adapted parameters for the samplers, and the TRPO meta-step. Its data arrives as whole
-    meta-batches from the MAML driver (appo/driver/maml.py), not through the engine's batcher."""
+    meta-batches from the MAML driver (appo/maml/driver.py), not through the engine's batcher."""
 
     def __init__(self, cfg: Any, model: MamlPolicy | MamlCategoricalPolicy) -> None:
         self.cfg, self.model = cfg, model
@@ -244,28 +253,6 @@ class MamlTrpo(Algorithm):
             kls.append(masked_mean(model.kl(b.old_dist, dist), b.valid.mask))
         return torch.stack(losses).mean(), torch.stack(kls).mean()
 
-    def batched_outer_loss(self, params: Params, stacked: TaskBatch, first_order: bool) -> tuple[Tensor, Tensor]:
-        """`outer_loss` with every task at once (torch.func.vmap over the stacked TaskBatch [K, ...]): the same
-        function, one batched op per layer instead of K small ones."""
-        cfg, model = self.cfg, self.model
-
-        def task(
-            tr: Episodes, tr_adv: Tensor, va: Episodes, va_adv: Tensor, old_dist: Tensor, old_lp: Tensor
-        ) -> tuple[Tensor, Tensor]:
-            theta = params
-            for _ in range(cfg.num_inner_steps):
-                grads = torch.func.grad(lambda p: inner_loss(model, p, tr, tr_adv))(theta)
-                if first_order:
-                    grads = {k: g.detach() for k, g in grads.items()}
-                theta = {k: theta[k] - cfg.fast_lr * grads[k] for k in theta}
-            dist = distribution(model, theta, va.obs)
-            ratio = torch.exp(model.log_prob(dist, va.actions) - old_lp)
-            loss = -masked_mean(ratio * va_adv, va.mask)
-            return loss, masked_mean(model.kl(old_dist, dist), va.mask)
-
-        losses, kls = torch.func.vmap(task)(*stacked)
-        return losses.mean(), kls.mean()
-
     def meta_gradient(self, batches: list[TaskBatch]) -> tuple[Tensor, Tensor]:
         """(surrogate at the meta-parameters, its gradient as a flat vector)."""
         params = params_of(self.model)
@@ -293,7 +280,7 @@ class MamlTrpo(Algorithm):
         the adaptation's Jacobian J_k = I - fast_lr * (Hessian of the inner loss), which is symmetric (first order:
         J_k = I). That avoids differentiating the KL's gradient through the second-order adaptation, about 2x
         cheaper per product; `kl_hvp_autograd` is the direct form. A task's product depends on its data alone, so
-        helper processes can compute them (appo/algorithms/maml/hvp.py)."""
+        helper processes can compute them (appo/maml/hvp_pool.py)."""
         cfg, params = self.cfg, params_of(self.model)
         names, leaves = list(params), list(params.values())
 
@@ -313,12 +300,8 @@ class MamlTrpo(Algorithm):
 
         products = []
         for b in batches:
-            inner = inner_loss(self.model, params, b.train, b.train_adv)
-            g_inner = torch.autograd.grad(inner, leaves, create_graph=not cfg.first_order)
-            theta = {
-                k: (p - cfg.fast_lr * g).detach().requires_grad_()
-                for (k, p), g in zip(params.items(), g_inner, strict=True)
-            }
+            adapted, g_inner = inner_step(self.model, params, b.train, b.train_adv, cfg.fast_lr, cfg.first_order)
+            theta = {k: p.detach().requires_grad_() for k, p in adapted.items()}
             kl = masked_mean(self.model.kl(b.old_dist, distribution(self.model, theta, b.valid.obs)), b.valid.mask)
             g_kl = torch.autograd.grad(kl, list(theta.values()), create_graph=True)
             g = None if cfg.first_order else flatten(dict(zip(names, g_inner, strict=True)))
