@@ -186,3 +186,26 @@ def test_every_appo_call_in_a_code_block_exists():
         if not hasattr(appo, name)
     ]
     assert not missing, "calls in the docs' code blocks that appo does not have:\n" + "\n".join(missing)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_and_anchor_resolves():
+    broken = []
+    for page in PAGES:
+        text = page.read_text()
+        for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+            target, _, anchor = m[1].partition("#")
+            if re.match(r"\w+://", target) or target.startswith("mailto:"):
+                continue
+            path = (page.parent / target).resolve() if target else page
+            if not path.exists():
+                broken.append(f"{where(page, text, m.start())}: {m[1]} (no such file)")
+            elif anchor and path.suffix == ".md":
+                headings = re.findall(r"^#+\s+(.*)$", path.read_text(), re.M)
+                if anchor not in {slug(h) for h in headings}:
+                    broken.append(f"{where(page, text, m.start())}: {m[1]} (no such heading)")
+    assert not broken, "links in the docs that lead nowhere:\n" + "\n".join(broken)
