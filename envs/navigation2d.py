@@ -5,7 +5,7 @@ A point starts at the origin; an action a in [-1, 1]^2 (clipped) moves it by the
 itself as the action and clip it to [-0.1, 0.1]). The action is normalised like the MuJoCo envs' so that a
 Gaussian policy's noise has the same meaning here as there: with the velocity as the action, the preset's
 initial std (~0.2) was twice the box, most actions were clipped, and the means drifted far outside it where
-the clipped actions give no gradient (issue 19, docs/benchmarks.md). The
+the clipped actions give no gradient. The
 reward is minus the Euclidean distance to the goal after the move; the episode terminates once the position
 is within 0.01 of the goal on each axis, |dx| < 0.01 and |dy| < 0.01 (a square, as in cbfinn/maml_rl and
 pytorch-maml-rl, not the Euclidean disc), so a corner at Euclidean 0.0127 ends it. The time limit, 100 steps

@@ -82,7 +82,7 @@ def learner_devices(cfg: Cfg) -> list[str]:
 def learner_threads(cfg: Cfg, cores: int | None = None) -> int:
     """--learner_threads, or with 0 the cores the run leaves free: the machine's (or `cores`) less one per actor
     worker and per other learner process, at least 1 and at most 4. On 2 cores with SAC's 2 actor workers: 1 (a
-    second thread made the learner slower there: docs/benchmarks.md, session 21); on 16 cores: 4."""
+    second thread made the learner slower there); on 16 cores: 4."""
     if cfg.learner_threads > 0:
         return cfg.learner_threads
     import os

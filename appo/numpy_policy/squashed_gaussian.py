@@ -12,8 +12,8 @@ from appo.numpy_policy.ops import NumpyActOutput, NumpyPass, State, f32, gaussia
 
 # The Gaussian's log-std is the head's output clamped to this range, as in Haarnoja et al.'s code and
 # Stable-Baselines3. With nn.Linear's initialisation it starts near 0 (std 1: tanh(u) spread over most of [-1, 1]).
-# A tanh-rescaled head (cleanrl's, [-5, 2]) was used until session 17: it gives the log-std about 2.9x the clamp's
-# gradient at the start; with the exact tanh correction, one of the two differences from Stable-Baselines3's update.
+# A tanh-rescaled head (cleanrl's, [-5, 2]) gives the log-std about 2.9x the clamp's gradient at the start: it and
+# the exact tanh correction (without TANH_EPS) are the two ways an update would differ from Stable-Baselines3's.
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 TANH_EPS = 1e-6  # in the tanh correction (squashed_log_prob)
 

@@ -3,7 +3,7 @@
 faster-fifo keeps its queue state behind a process-shared pthread mutex and condition variables in shared
 memory. A process SIGKILLed inside a put (mutex held) or while waiting (a condition variable's group
 reference never returned, glibc) can leave that queue blocking everyone else for good; this was seen here
-(docs/benchmarks.md, soak). Queues whose reader cannot be replaced - the learner's and the driver's, written
+(benchmarks/soak.py). Queues whose reader cannot be replaced - the learner's and the driver's, written
 by actor workers that may be killed at any moment - use this class instead: every put is one datagram,
 which the kernel delivers whole or not at all, and there is no lock in user space to leave behind.
 

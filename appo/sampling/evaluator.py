@@ -127,7 +127,7 @@ class Evaluator:
         """One trial per held-out task with deterministic actions, then one with sampled actions."""
         trials = self._trials(deterministic=True)
         by_episode = np.array([t["returns"] for t in trials])  # [tasks, episodes_per_trial]
-        # The same tasks with sampled actions: a policy may need its noise to search within a trial (issue 19).
+        # The same tasks with sampled actions: a policy may need its noise to search within a trial.
         torch.manual_seed(self.cfg.seed + version)
         if self.fast is not None:
             self.fast.rng = np.random.default_rng(self.cfg.seed + version)

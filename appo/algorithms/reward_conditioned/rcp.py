@@ -7,7 +7,7 @@ FIFO replay of its recent episodes by exponentially weighted likelihood: each st
 target Z, the discounted return-to-go (RCP-R) or the advantage against a value function trained on TD(lambda)
 targets (RCP-A), and weighted by min(exp(standardised Z / beta), max). Rollouts condition on targets drawn from a
 Gaussian fitted to the replay's targets, shifted up by one standard deviation: one draw per env per iteration,
-written to the control channel's command table. Acting conditions on what training labels with (issue 34, bug 3):
+written to the control channel's command table. Acting conditions on what training labels with:
 RCP-R with --rcp_condition=episode (the default) labels every step with its episode's discounted return and the
 command holds for the episode; with --rcp_condition=step (the paper's return-to-go) each step gets its own Z_t and the
 command follows the episode as the labels do, Z_{t+1} = (Z_t - r_t) / gamma (envs/reward_conditioning.py, the

@@ -22,7 +22,7 @@ class RcpCfg:
     rcp_max_weight: float = flag(20.0, "RCP: cap of the exponential weights")
     rcp_lambda: float = flag(0.95, "RCP-A: lambda of the TD(lambda) targets of the value function")
     rcp_value_layers: list[int] = flag([64, 64], "RCP-A: hidden sizes of the value function (relu)")
-    # LunarLander-v3, 15 min, seeds 0/1 (docs/benchmarks.md, session 21), last 10 iterations' return: conditioning on
+    # LunarLander-v3, 15 min, seeds 0/1 (docs/results.md, UDRL and RCP), last 10 iterations' return: conditioning on
     # the episode with weights from Z_0 75.5/83.5, from each step's Z_t 151.4/149.9.
     rcp_weight_by: str = flag(
         "return_to_go",

@@ -39,10 +39,10 @@ class SacCfg:
 # One env
 # per actor worker, short rollouts, one iteration's room to accumulate: the learner (SAC's bottleneck, about 100
 # updates/s on 2 cores) needs only that many env steps per second, and every further env only puts more transitions
-# in flight between acting and the replay. On LunarLanderContinuous-v3 (docs/benchmarks.md, session 16) seed 1 reached
+# in flight between acting and the replay. On LunarLanderContinuous-v3 seed 1 reached
 # an evaluation of 200 at 65k env steps with 1 env and weights published every update, against more than 112k with
-# 2 workers x 4 envs publishing every 16. The learner trains on two torch threads: on LunarLanderContinuous-v3 with 2
-# workers on 2 cores, 103-108 updates/s against 72-85 on one (session 13).
+# 2 workers x 4 envs publishing every 16. The learner trains on the torch threads the actor workers leave free
+# (learner_threads below; docs/results.md, SAC: on Pendulum-v1 2 threads gave 163 updates/s against 123 with 1).
 SAC_DEFAULTS = {
     "batch_size": 256,
     "max_grad_norm": 0.0,

@@ -44,11 +44,11 @@ class UdrlCfg:
 
 # Shared flags whose default differs for UDRL (applied above env presets, below cfg.json and typed flags): the
 # paper's Adam rate, batch and gradient clip; batch_size is the number of samples of one update.
-# The behaviour function and sampling follow the open LunarLander implementation (issue 17): the state's layer is
+# The behaviour function and sampling follow the open LunarLander implementation: the state's layer is
 # tanh, not a second sigmoid, and training steps are drawn uniformly from all the buffer's steps. On
-# LunarLander-v3, 12 minutes, two seeds side by side on 2 cores (docs/benchmarks.md): last 10 iterations' mean
-# return +77.7 and +200.3, best-75 buffer +242 and +299; with sigmoid and episode-then-step sampling (seed 0, alone)
-# -61.6 and +61.
+# LunarLander-v3, 12 minutes, two seeds side by side on 2 cores (docs/results.md, UDRL and RCP): last 10 iterations'
+# mean return +110.9 and +49.2, best-75 buffer +277.1 and +207.0; with sigmoid and episode-then-step sampling
+# (seed 0) -61.6.
 UDRL_DEFAULTS = {
     "learning_rate": 3.5e-4,
     "batch_size": 768,
