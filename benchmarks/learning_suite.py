@@ -41,7 +41,7 @@ DEFAULT_ENVS = ["HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoi
 TAG = "episode/return_mean"
 
 # CleanRL's PPO (ppo_continuous_action.py) at 1M env steps, MuJoCo v4, mean +- std over its seeds: the
-# reference of issue 18. Ant: not in that table.
+# reference of docs/results.md's MuJoCo at 1M env steps. Ant: not in that table.
 CLEANRL_1M = {
     "HalfCheetah": (1443, 46),
     "Walker2d": (2288, 572),
@@ -51,7 +51,7 @@ CLEANRL_1M = {
 }
 
 
-# Sample Factory 2's APPO at 10M env steps, MuJoCo v4: its published models (issue 37).
+# Sample Factory 2's APPO at 10M env steps, MuJoCo v4: its published models (docs/results.md, MuJoCo at 10M env steps).
 SF2_10M = {"Ant": 5876, "HalfCheetah": 6263, "Humanoid": 5439, "Walker2d": 5488, "Hopper": 2793}
 
 

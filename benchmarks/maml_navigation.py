@@ -1,4 +1,4 @@
-"""MAML-TRPO on navigation2d (issue 13's learning acceptance): one run per seed with the defaults (meta-batch 20,
+"""MAML-TRPO on navigation2d (the learning acceptance): one run per seed with the defaults (meta-batch 20,
 fast-batch 20, one inner step, fast_lr 0.1, TRPO max_kl 0.01), then the figures from its summaries.
 
     python benchmarks/maml_navigation.py --seeds 0 1 --iterations 60

@@ -1,4 +1,4 @@
-"""RL^2-APPO, the oracle and MAML-TRPO side by side on the MuJoCo task families (issue 35's MuJoCo table).
+"""RL^2-APPO, the oracle and MAML-TRPO side by side on the MuJoCo task families (docs/results.md's table of them).
 
     python benchmarks/meta_mujoco_table.py [--envs ant_dir ant_goal half_cheetah_vel half_cheetah_dir]
         [--seed 0] [--minutes 10] [--parallel 3] [--out DIR]

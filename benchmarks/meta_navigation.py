@@ -1,4 +1,4 @@
-"""Recurrent meta-RL (RL^2) on navigation2d, issue 19's acceptance: the README's command per seed, then what a
+"""Recurrent meta-RL (RL^2) on navigation2d, whether every seed adapts: the README's command per seed, then what a
 user reads from the run's own meta-tests on the held-out goals (sampled and deterministic actions).
 
     python benchmarks/meta_navigation.py --seeds 1 2 3 [--steps 3000000] [--parallel 1] [-- extra flags]

@@ -1,4 +1,4 @@
-"""The RL^2 paper's Tables 1 and 2 (Duan et al. 2016; issue 35): this project's baselines beside the paper's.
+"""The RL^2 paper's Tables 1 and 2 (Duan et al. 2016): this project's baselines beside the paper's.
 
     python benchmarks/rl2_tables.py --tasks 500 --seed 0
 
@@ -46,7 +46,7 @@ from appo.envs import make_env  # noqa: E402
 from appo.envs import meta_baselines as mb  # noqa: E402
 from appo.envs.tasks import task_split  # noqa: E402
 
-# (n, k) -> the paper's Random, Gittins, TS, UCB1, RL^2 (Table 1, as quoted in issue 35).
+# (n, k) -> the paper's Random, Gittins, TS, UCB1, RL^2 (the paper's Table 1).
 PAPER_BANDITS = {
     (10, 5): (5.0, 6.6, 5.7, 6.7, 6.7),
     (10, 10): (5.0, 6.6, 5.5, 6.7, 6.7),
@@ -125,7 +125,7 @@ MAML_FLAGS = [
 ]
 # On the bandits pytorch-maml-rl's TRPO step (max_kl 0.01) lets the meta-policy collapse onto one arm (its policy
 # gradient then vanishes); a tenth of it keeps adapting: medians of 3 seeds after adapting 6.04 / 74.52 / 81.58 on
-# n=10,k=5 / n=100,k=5 / n=100,k=10, against 5.18 / 59.37 / 58.31 (docs/benchmarks.md, sessions 25, 26 and 35).
+# n=10,k=5 / n=100,k=5 / n=100,k=10, against 5.18 / 59.37 / 58.31 (docs/results.md, MAML-TRPO).
 # The MDP row did not collapse and keeps pytorch-maml-rl's step.
 MAML_BANDIT_FLAGS = ["--max_kl=0.001"]
 

@@ -1,5 +1,5 @@
 """Wall time to a deterministic evaluation mean >= --target on LunarLanderContinuous-v3: this engine's SAC against
-Stable-Baselines3's SAC on the same machine, in the same sitting (issue 15's benchmark). `pip install
+Stable-Baselines3's SAC on the same machine, in the same sitting (docs/results.md, SAC). `pip install
 stable-baselines3` for the baseline (not a dependency of the project); `pip install -e .[box2d]` for the env.
 
     python benchmarks/sac_lunar.py [--runs ours sb3] [--minutes 60] [--target 200] [--seed 0] [-- extra flags for ours]

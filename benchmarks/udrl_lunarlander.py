@@ -1,4 +1,4 @@
-"""UDRL on LunarLander-v3 (issue 17's learning benchmark): one run per seed for a fixed wall time, then the
+"""UDRL on LunarLander-v3 (docs/results.md, UDRL and RCP): one run per seed for a fixed wall time, then the
 figures from the last checkpoint's per-iteration history (appo/algorithms/reward_conditioned/udrl.py HISTORY_COLUMNS).
 
     python benchmarks/udrl_lunarlander.py --seeds 0 --minutes 12
@@ -31,7 +31,7 @@ ARGS = [
     "--num_workers=1",
     "--num_envs_per_worker=8",
     "--report_interval=10",
-    "--max_command_return=320",  # LunarLander's scale (the default was this cap until issue 34; now none)
+    "--max_command_return=320",  # LunarLander's scale (the default is no cap)
 ]
 
 

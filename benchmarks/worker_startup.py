@@ -1,5 +1,5 @@
-"""Start-up and memory of actor workers, two commits side by side in one sitting (issue 36: actor workers that
-act in numpy no longer import torch).
+"""Start-up and memory of actor workers, two commits side by side in one sitting (actor workers that
+act in numpy do not import torch; docs/results.md, Backends, scaling and robustness).
 
     python benchmarks/worker_startup.py OLD_REF NEW_REF --workers 2 16 --repeats 3 --env=ant_dir
 
