@@ -1,4 +1,4 @@
-"""MAML's adaptation step in numpy (appo/algorithms/maml/algorithm.py `MamlTrpo.adapted`, first order): from the
+"""MAML's adaptation step in numpy (appo/maml/algorithm.py `MamlTrpo.adapted`, first order): from the
 meta-parameters, `num_inner_steps` steps of gradient descent with step `fast_lr` on the vanilla policy-gradient
 loss -mean_t[log pi(a_t|s_t) A_t] over one task's episodes, A the normalised GAE with rllab's linear feature
 baseline fitted on those episodes. The gradient of the Gaussian or categorical MLP is written out by hand

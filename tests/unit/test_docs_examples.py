@@ -33,9 +33,6 @@ COMMAND = re.compile(
     r"|(?P<other>\b(?:pip3?\s+install|pytest|ray\s+start|tensorboard|wandb\s+sync|ruff)\b)"
 )
 FORWARDS_TO_TRAIN = {"appo.sweep"}  # after `--`, a sweep's flags are train_appo.py's
-# Import lines known to be stale on a page another change is rewriting: (page, statement). Drop an entry once the
-# page is fixed; a new stale line anywhere still fails.
-KNOWN_STALE = {("docs/architecture.md", "from appo.learning import vtrace, gae")}
 
 
 def flags_of(parser) -> set[str]:  # noqa: ANN001 (an argparse parser)
@@ -148,8 +145,6 @@ def test_every_import_the_docs_show_works():
         text = page.read_text()
         for m in IMPORT.finditer(text):
             statement = " ".join(m[1].split())
-            if (page.relative_to(ROOT).as_posix(), statement) in KNOWN_STALE:
-                continue
             try:
                 exec(statement, {})  # noqa: S102 (the docs' own import lines)
             except Exception as e:  # noqa: BLE001 (any failure is the finding)
