@@ -9,7 +9,6 @@ from typing import TypeVar
 import gymnasium as gym
 from torch import nn
 
-from appo.algorithms.registry import algorithm_spec
 from appo.config.cfg import Cfg
 
 # Every model class by the name `make_model(..., kind=name)` builds it under; filled by `register_model`.
@@ -37,7 +36,7 @@ def make_model(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space, kind: st
     algorithm (cfg.algo) trains and acts with, so every component (actors, evaluator, enjoy.py, weight stores)
     builds the same one. ValueError for an unknown kind, or for spaces the model cannot serve."""
     if kind is None:
-        kind = algorithm_spec(cfg.algo).model_kind
+        kind = cfg.traits.model_kind
     if kind not in MODELS:
         raise ValueError(f"unknown model kind {kind!r}; registered: {', '.join(sorted(MODELS))}")
     return MODELS[kind](cfg, obs_space, action_space)

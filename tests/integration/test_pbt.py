@@ -9,7 +9,7 @@ import json
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from appo.algorithms.ppo.flags import PPO_PBT_RANGES as HPARAMS
+from appo.config.algorithms.ppo import PPO_PBT_RANGES as HPARAMS
 from appo.learning.checkpoint import load_latest
 from tests.conftest import run_script
 

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from appo.algorithms.ppo.flags import PPO_PBT_RANGES as HPARAMS
+from appo.config.algorithms.ppo import PPO_PBT_RANGES as HPARAMS
 from appo.config.pbt import Event, Population, initial_hparams, mutate
 
 MID = {  # well inside every range, so that no perturbation by a factor <= 1.5 is clamped
