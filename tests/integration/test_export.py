@@ -1,4 +1,4 @@
-"""A trained policy outside train and enjoy (issue 36), on real runs (short, serial mode):
+"""A trained policy outside train and enjoy, on real runs (short, serial mode):
 - `appo.train(...)` in a Python session trains the weights the command line trains (same seed), and
   `appo.load_policy` of either run acts the same;
 - `python -m appo.export`: ONNX (onnxruntime) and TorchScript act as the torch model to 1e-5 over 200 steps with

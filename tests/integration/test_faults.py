@@ -107,7 +107,7 @@ def _wait_for(log: Path, text: str, timeout: float = 40) -> None:
 
 
 def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_target(train_dir):
-    # Both kills come early (at 4k and 8k env steps here, session 45): 100k leaves the run ten times that to go on.
+    # Both kills come early (at 4k and 8k env steps in a run here): 100k leaves the run ten times that to go on.
     target = 100_000
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=k", f"--train_for_env_steps={target}"]
     proc = start([*args, "--actor_inference=False"])  # policy worker processes
@@ -205,7 +205,7 @@ def test_hanging_env_worker_is_replaced(train_dir, tmp_path, env, timeout_flag, 
 
 @pytest.mark.alone  # as above
 def test_a_slow_start_is_not_a_hang(train_dir):
-    """Issue 34: on a slow machine no actor worker of the design card's command sent a first heartbeat within
+    """Regression: on a slow machine no actor worker of the design card's command sent a first heartbeat within
     --worker_start_timeout, so all were restarted, again and again, and the run trained nothing. Workers whose envs
     take 4 s each to build (16 s for 4) against --worker_start_timeout=8 (an allowance of 12 s between signs of
     progress here: 3 processes on 2 cores): progress during the start keeps them; the run trains, nothing is

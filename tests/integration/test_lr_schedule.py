@@ -1,4 +1,4 @@
-"""--lr_schedule=linear_decay follows whichever budget ends the run (issue 37): the README's ant_dir command (its
+"""--lr_schedule=linear_decay follows whichever budget ends the run: the README's ant_dir command (its
 defaults: the preset decays linearly) with a time budget instead of the README's 1800 s ends at a learning rate near
 0, read back from tensorboard with tensorboard's own reader; before, a time-budgeted run decayed by env steps
 toward a budget it never reached and ended at nearly the initial rate."""

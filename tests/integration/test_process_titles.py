@@ -1,7 +1,7 @@
 """Every process of a run is titled `appo:<experiment>:<role>` (what `ps` and `top` show, and what the fault tests
 find processes by), whatever order its environment's variables come in. setproctitle finds the process's argv memory
 through the first environment variable; gymnasium rewrites PYGAME_HIDE_SUPPORT_PROMPT on import, and a run whose
-environment began with it (a Ray sweep's runs, some of the time: stop-time CI of session 57) ran with no title at
+environment began with it (a Ray sweep's runs, some of the time, in CI) ran with no title at
 all, the driver and every process it started, until importing appo set setproctitle up first."""
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def last_scalar(summary_dir: Path, tag: str) -> tuple[int, float]:
 @pytest.mark.timeout(210)
 def test_cartpole_on_two_nodes_learns_through_kill_9_of_an_actor(cluster, train_dir):
     c, worker_node = cluster
-    # 300k steps: at 200k one CI run ended at 446 (session 11), the curve still rising after the kill's dip.
+    # 300k steps: at 200k one CI run ended at 446, the curve still rising after the kill's dip.
     with Run(train_dir, [*CARTPOLE, f"--ray_address={c.address}", "--train_for_env_steps=300000"]) as run:
         found = run.wait_for(ACTOR_LINE.pattern, timeout=60, count=2)
         nodes = {m[3] for m in found}
@@ -133,7 +133,7 @@ def test_cartpole_on_two_nodes_learns_through_kill_9_of_an_actor(cluster, train_
 @pytest.mark.timeout(240)
 def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
     # Usually 30-50 s; on a loaded 2-core machine starting the actors and bringing one back took 25 s and the run
-    # 70 s (session 49), and one CI run passed 120 s: the limits leave room for that, and a run that does not
+    # 70 s, and one CI run passed 120 s: the limits leave room for that, and a run that does not
     # finish fails in finish() with its output rather than in pytest-timeout.
     c, worker_node = cluster
     with Run(train_dir, [*CARTPOLE, f"--ray_address={c.address}", "--train_for_env_steps=200000"]) as run:

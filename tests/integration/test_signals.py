@@ -1,7 +1,7 @@
 """Ctrl-C at any moment of a run's life: SIGINT 1, 5, 10 and 30 s after the start of a local and of a
 `--backend=ray` run (start-up, Ray still starting, training), and while the run saves its final checkpoint. Each
 must exit within 15 s of the signal, leave no process of the run and no Ray process behind, and nothing new in
-/dev/shm (issue 34: a Ray run interrupted while starting its actors left 7 processes and 4 Ray processes; a local
+/dev/shm (as seen: a Ray run interrupted while starting its actors left 7 processes and 4 Ray processes; a local
 run SIGTERMed while its workers started took over 15 s)."""
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def components(run: Run) -> list[psutil.Process]:
     """The run's own component processes (spawned by start_process): `spawn_main` while they start, their
     `appo:<experiment>:<role>` title once set. Not multiprocessing's resource tracker (which starts with the first
     shared memory or in start_process before the first child), nor the short-lived forks the driver makes while
-    it imports (a subprocess between fork and exec, titled as the driver: session 50's CI saw one, gone again
+    it imports (a subprocess between fork and exec, titled as the driver: CI has seen one, gone again
     before the check after the wait)."""
     found = []
     for p in run.descendants():
@@ -164,7 +164,7 @@ def test_ctrl_c_to_the_whole_group_as_the_children_start(train_dir: Path, algo: 
     shm_before = shm_entries()
     run = Run(args)
     try:
-        # On a loaded 2-core machine the first child can be slow to appear (session 47's CI, a slow day: the MAML run
+        # On a loaded 2-core machine the first child can be slow to appear (in CI on a slow day the MAML run
         # had no child and had printed nothing when a 60 s wait ended). The wait only finds the moment to send the
         # signal, so it is generous; the test's assertions are unchanged.
         deadline = time.monotonic() + 150

@@ -122,7 +122,7 @@ def sweep_state(proc: subprocess.Popen, logs: list[Path]) -> str:
 def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(train_dir, monkeypatch):
     # Started as `nohup python -m appo.sweep ... &` would be, with SIGINT ignored: before the sweep took SIGINT back
     # ahead of Ray, its Ray workers inherited it ignored, ray.cancel could not interrupt a run's task and both runs
-    # trained on after the sweep had stopped (CI, session 24).
+    # trained on after the sweep had stopped (seen in CI).
     ray = RayWatch()  # the sweep's Ray processes, not another test's
     monkeypatch.setenv(TAG, ray.tag)
     grid = {"seed": [0, 1]}

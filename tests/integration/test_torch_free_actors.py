@@ -1,4 +1,4 @@
-"""Actor workers never import torch (issue 36): the driver hands them the shared tensors as numpy arrays and the
+"""Actor workers never import torch: the driver hands them the shared tensors as numpy arrays and the
 weight stores as ParamViews (appo/protocol/shared_views.py), and acting ones build numpy passes from the model's
 description. A probe env (tests/support/probe_env.py) reports, from inside each actor worker of a real run, the
 torch modules its process has imported; the run must still learn its way to the end and exit 0."""

@@ -41,7 +41,7 @@ def test_udrl_follows_commands_on_the_chain_and_resumes(train_dir):
     args = [*CHAIN, f"--train_dir={train_dir}", "--experiment=chain"]
     first = run_script("train_appo.py", [*args, "--train_for_env_steps=6000", "--eval_interval=2000"], check=True)
     exp_dir = train_dir / "chain"
-    # Two evaluations, two tags (issue 34, bug 4): the engine's evaluator (eval/*) plays the model's command, the
+    # Two evaluations, two tags: the engine's evaluator (eval/*) plays the model's command, the
     # learner's greedy evaluation (greedy/*, every --udrl_eval_every iterations) is written once per evaluation.
     events = load_events(exp_dir / "summaries" / "0")
     state = torch.load(list_checkpoints(exp_dir / "checkpoint_p0")[-1], weights_only=True)

@@ -1,18 +1,19 @@
 """Meta-RL learning test: on navigation2d with hidden goals and trials of two episodes, a recurrent
 policy adapts within a trial. Read as a user reads it, from the run's own meta-test on held-out goals over
 its last three meta-tests (with sampled actions: the policy as it trains; the deterministic meta-test of
-the same weights can walk away in episode 1, see docs/benchmarks.md, issue 19), with the README's command
+the same weights can walk away in episode 1), with the README's command
 and defaults, on two seeds: each must navigate (its better episode far above standing still), and at least
 one must adapt: the better episode of a trial scores like MAML-TRPO after its adaptation step (about -16),
 and the second episode beats the first, which it can only do by remembering what the first found out about
-the goal. Not both: one run in 28 did not adapt (docs/benchmarks.md, session 11). Every seed adapting, over
-three seeds, is issue 19's benchmark: `python benchmarks/meta_navigation.py --seeds 1 2 3`.
+the goal. Not both: one run in 28 did not adapt. Every seed adapting, over three seeds, is the benchmark's
+question: `python benchmarks/meta_navigation.py --seeds 1 2 3` (docs/results.md, Meta-RL: navigation and the MuJoCo
+task families).
 
 The suite's variant trains for a third of the README's 3M env steps (the learning rate decays to 0 at 1M instead): at
 1M, seeds 1-8 all adapted on the sampled meta-test (better episode -2.8 to -4.7, episode 1 ahead of episode 0 by
-13-36%; docs/benchmarks.md, session 45; at 1.5M, session 30: -1.9 to -3.0, 17-42%), and the pair takes two thirds of
-the 1.5M variant's time (about 215 s here in session 45; at 1.5M it took 466 s of a slow CI machine's 37-minute run,
-at 3M 583 s of a 47-minute one). The README's own 3M run is the benchmark's default (`--steps 3000000`)."""
+13-36%; at 1.5M: -1.9 to -3.0, 17-42%), and the pair takes two thirds of the 1.5M variant's time (about 215 s
+here; at 1.5M it took 466 s of a slow CI machine's 37-minute run, at 3M 583 s of a 47-minute one). The README's own
+3M run is the benchmark's default (`--steps 3000000`)."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def meta_test(summary_dir: Path, last: int = 3) -> dict[str, float]:
 
 def navigates(r: dict[str, float]) -> bool:
     """The better episode of a trial clearly above standing still (about -38; an untrained policy's sampled walk
-    scores lower still): the policy heads for goals. The bar was -25 until a CI run's seed 2 ended at -28.8 /
-    -28.5 (session 22): it had learned to head for goals, more slowly; whether it adapts is `adapts`' question."""
+    scores lower still): the policy heads for goals. A bar of -25 failed a CI run's seed 2 at -28.8 / -28.5:
+    it had learned to head for goals, more slowly; whether it adapts is `adapts`' question."""
     return max(r["return_ep0"], r["return_ep1"]) >= -30.0
 
 
@@ -62,16 +63,15 @@ def adapts(r: dict[str, float]) -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(700)
 def test_navigation2d_adapts_on_held_out_goals(tmp_path):
-    # With the preset of session 9 (10,000 training goals, a bounds penalty, a decaying learning rate; 3M env steps)
+    # With the preset (10,000 training goals, a bounds penalty, a decaying learning rate; 3M env steps)
     # 7 runs of 7 adapted, by 22% to 53%; with trials that end as their last episode (a truncation at the time
     # limit) 4 of 4, by 24% to 61%; then a CI run's seed 2 ended at -20.7 / -21.1 (it navigates, it does not
-    # adapt) while 11 more runs on this machine all adapted (docs/benchmarks.md, issue 19, session 11). So every
-    # seed must navigate and one of two must adapt (both failing: about one run in 800 at that rate). At 1.5M env
-    # steps (session 30) 8 seeds of 8 adapted, and at 1M (session 45) 8 of 8 again. Two seeds, not three: on a
-    # machine half as fast as usual (session 14: 5,300 env steps/s a run with three side by side) three runs of 3M
-    # steps took 600 s and the CI run over 30 minutes; two of 3M took 583 s of a 47-minute CI run (session 29). The
-    # runs go side by side: neither keeps both cores busy alone (about 1.3 of 2), so together they finish sooner
-    # than one after the other.
+    # adapt) while 11 more runs on this machine all adapted. So every seed must navigate and one of two must adapt
+    # (both failing: about one run in 800 at that rate). At 1.5M env steps 8 seeds of 8 adapted, and at 1M 8 of 8
+    # again. Two seeds, not three: on a machine half as fast as usual (5,300 env steps/s a run with three side by
+    # side) three runs of 3M steps took 600 s and the CI run over 30 minutes; two of 3M took 583 s of a 47-minute CI
+    # run. The runs go side by side: neither keeps both cores busy alone (about 1.3 of 2), so together they finish
+    # sooner than one after the other.
     def train(seed: int) -> dict[str, float]:
         name = f"seed{seed}"
         args = ["--env=navigation2d", f"--train_dir={tmp_path}", f"--experiment={name}", f"--seed={seed}", *BUDGET]

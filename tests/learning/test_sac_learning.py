@@ -17,7 +17,7 @@ from tests.integration.test_ray_backend import ACTOR_LINE, Run, actors
 from tests.support.ray_cluster import cluster, needs_ray  # noqa: F401 - the fixture
 
 # The acceptance: an evaluation at or before 20,000 env steps (30,000 on Ray) must reach -300. The runs are shorter:
-# seed 1 evaluated at -153 by 6,000 and -124 by 10,000 (2026-11-23). Six runs of session 45 (docs/benchmarks.md):
+# seed 1 evaluated at -153 by 6,000 and -124 by 10,000 (2026-11-23). Six more runs:
 # the last evaluation worse than -300 at 7,000 at the latest, every one from 8,000 on -122 to -148, and at 10,000 all at
 # -122 or -123; so 10,000 steps keep 3,000 past the latest crossing. 64x64 networks instead of the default 256x256:
 # an update costs a fraction as much on one core (the default networks need several minutes for these updates on two

@@ -1,4 +1,4 @@
-"""UDRL learns LunarLander-v3 (issue 17's acceptance, slow: 12 minutes per seed on 2 cores). The figures come from
+"""UDRL learns LunarLander-v3 (the acceptance, slow: 12 minutes per seed on 2 cores). The figures come from
 the run's last checkpoint, as benchmarks/udrl_lunarlander.py reads them; needs box2d (`pip install -e .[box2d]`).
 
 Longer than the whole suite's budget: it runs only when asked for (APPO_LONG_LEARNING=1). Until box2d was in the

@@ -143,7 +143,7 @@ def test_single_policy_algorithms_refuse_populations_and_rnns_in_one_line(tmp_pa
 
 
 def test_sacs_learner_threads_are_the_cores_the_run_leaves_free():
-    """Issue 34: SAC's --learner_threads=2 was a constant; on 2 cores with the actors running one thread was 3x
+    """Regression: SAC's --learner_threads=2 was a constant; on 2 cores with the actors running one thread was 3x
     faster. 0 (SAC's default) means the cores the actor workers and other learners leave free, 1 to 4."""
     from appo.config.cfg import merge_cfg
     from appo.config.derive import learner_threads

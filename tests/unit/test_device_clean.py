@@ -2,8 +2,8 @@
 env data, caught without a GPU. The runs put the learner's and policy workers' models on a stand-in device
 (tests/support/stand_in_gpu.py: torch's meta device, which raises on every op mixing it with host tensors, as CUDA
 does, and on `.numpy()` of a device tensor). Before appo/models/device.py, UDRL's greedy evaluation fed a host
-observation to the learner's model: every UDRL/RCP run on a GPU machine died at its first evaluation (issue 34,
-bug 1); this test failed the same way.
+observation to the learner's model: every UDRL/RCP run on a GPU machine died at its first evaluation;
+this test failed the same way.
 
 MAML-TRPO is not here: its meta-learner runs on the host whatever --device says (docs/algorithms.md)."""
 

@@ -260,12 +260,13 @@ def test_presets() -> None:
         assert env_preset(name) == MUJOCO_PRESET | META_PRESET | ant
         assert env_preset(name) is not MUJOCO_PRESET
     assert env_preset("navigation2d") == NAVIGATION2D_PRESET | META_PRESET
-    # The Ant families collect the next iteration while the learner trains (issue 20); half_cheetah_* do not.
+    # The Ant families collect the next iteration while the learner trains; half_cheetah_* do not (docs/results.md,
+    # Throughput).
     ant_dir, hcvel = merge_cfg({"env": "ant_dir"}, None), merge_cfg({"env": "half_cheetah_vel"}, None)
     assert (ant_dir.async_rl, ant_dir.collect_ahead, hcvel.async_rl, hcvel.collect_ahead) == (False, True, False, False)
     assert env_preset("HalfCheetah-v5") == MUJOCO_PRESET
-    # Robots that fall start with more action noise and take smaller, more numerous steps (issue 18); the rest of
-    # the MuJoCo preset is theirs too.
+    # Robots that fall start with more action noise and take smaller, more numerous steps; the rest of the MuJoCo
+    # preset is theirs too (docs/results.md, MuJoCo at 1M env steps).
     for name in ("Hopper-v5", "Walker2d-v5"):
         trunk = {"separate_value_trunk": True} if name == "Hopper-v5" else {}
         assert env_preset(name) == MUJOCO_PRESET | FALLING_ROBOT_PRESET | trunk
@@ -279,19 +280,19 @@ def test_presets() -> None:
     cfg = merge_cfg({"env": "navigation2d"}, None)  # every preset key is a cfg key
     assert cfg.rollout == NAVIGATION2D_PRESET["rollout"] and cfg.learning_rate == NAVIGATION2D_PRESET["learning_rate"]
     assert merge_cfg({"env": "ant_goal"}, None).num_epochs == MUJOCO_PRESET["num_epochs"]
-    # Long runs (issue 37): Walker2d takes Sample Factory's steps with std 1 from 5M env steps on, flags still win,
-    # a resumed run keeps its budget's preset; Hopper keeps its own.
+    # Long runs (docs/results.md, MuJoCo at 10M env steps): Walker2d takes Sample Factory's steps with std 1 from 5M
+    # env steps on, flags still win, a resumed run keeps its budget's preset; Hopper keeps its own.
     long = {"env": "Walker2d-v5", "train_for_env_steps": 10_000_000}
     cfg = merge_cfg(long, None)
     assert (cfg.initial_log_std, cfg.num_epochs, cfg.batch_size, cfg.learning_rate) == (0.0, 2, 1024, 0.00295)
-    # ... and the KL-adaptive rate with a falling KL target (sessions 31-32); a flag still picks another schedule
+    # ... and the KL-adaptive rate with a falling KL target; a flag still picks another schedule
     assert (cfg.lr_schedule, cfg.lr_schedule_kl_threshold, cfg.lr_schedule_kl_threshold_final) == (
         "kl_adaptive_minibatch",
         0.008,
         0.0005,
     )
     assert merge_cfg(long | {"lr_schedule": "linear_decay"}, None).lr_schedule == "linear_decay"
-    # ... and a value head on its own trunk (sessions 46-47), which a flag or a resumed run's cfg.json still turns off
+    # ... and a value head on its own trunk, which a flag or a resumed run's cfg.json still turns off
     assert cfg.separate_value_trunk
     assert not merge_cfg(long | {"separate_value_trunk": False}, None).separate_value_trunk
     assert not merge_cfg({"env": "Walker2d-v5"}, long | {"separate_value_trunk": False}).separate_value_trunk
@@ -300,17 +301,17 @@ def test_presets() -> None:
     assert merge_cfg({"env": "Walker2d-v5"}, {"env": "Walker2d-v5", "train_for_env_steps": 10_000_000}).num_epochs == 2
     assert merge_cfg({"env": "Walker2d-v5", "train_for_env_steps": 4_999_999}, None).num_epochs == 10
     assert merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 10_000_000}, None).num_epochs == 10
-    # Hopper's value head has its own trunk at 1M (sessions 46-47), not yet in long runs; a flag or a resumed run wins
+    # Hopper's value head has its own trunk at 1M, not in long runs; a flag or a resumed run wins
     hopper = {"env": "Hopper-v5", "train_for_env_steps": 1_000_000}
     assert merge_cfg(hopper, None).separate_value_trunk
     assert not merge_cfg(hopper | {"separate_value_trunk": False}, None).separate_value_trunk
     assert not merge_cfg({"env": "Hopper-v5"}, hopper | {"separate_value_trunk": False}).separate_value_trunk
     assert not merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 10_000_000}, None).separate_value_trunk
     assert not merge_cfg({"env": "Walker2d-v5", "train_for_env_steps": 1_000_000}, None).separate_value_trunk
-    # Humanoid's long runs: a falling ceiling on the policy's std (session 41), none in shorter runs
+    # Humanoid's long runs: a falling ceiling on the policy's std, none in shorter runs
     assert merge_cfg({"env": "Humanoid-v5", "train_for_env_steps": 10_000_000}, None).std_ceiling_final == 0.15
     assert merge_cfg({"env": "Humanoid-v5", "train_for_env_steps": 1_000_000}, None).std_ceiling_final == 0.0
-    # Hopper's long runs: a floor under the policy's std (session 51), none in shorter runs
+    # Hopper's long runs: a floor under the policy's std, none in shorter runs
     assert merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 10_000_000}, None).std_floor == 0.1
     assert merge_cfg({"env": "Hopper-v5", "train_for_env_steps": 1_000_000}, None).std_floor == 0.0
 
@@ -340,7 +341,7 @@ def test_a_registered_env_whose_package_is_missing_says_so():
 
 
 def test_presets_are_ppos_and_other_algorithms_take_only_the_task_settings():
-    """Issue 34: SAC took PPO's Pendulum preset (gamma 0.95; rl-zoo's SAC uses 0.99)."""
+    """Regression: SAC took PPO's Pendulum preset (gamma 0.95; rl-zoo's SAC uses 0.99)."""
     from appo.config.cfg import merge_cfg
     from appo.envs.presets import TASK_KEYS, env_preset
 

@@ -64,7 +64,7 @@ def test_evaluation_of_a_plain_env_is_the_same_in_numpy_and_torch() -> None:
 
 
 def test_the_evaluator_plays_a_reward_conditioned_policy_with_its_command() -> None:
-    """Issue 34, bug 4: the engine's evaluator reset a UDRL/RCP env without a command, so it played the env's
+    """Regression: the engine's evaluator reset a UDRL/RCP env without a command, so it played the env's
     default (0, 1) whatever the learner had reached. It must play the command the weights carry, as enjoy.py and the
     learner's greedy evaluation do."""
     from appo.algorithms.reward_conditioned.udrl import run_command_episode

@@ -1,4 +1,4 @@
-"""--kl_loss_coeff (issue 37; Sample Factory's MuJoCo setting 0.1): a KL(current || before the iteration) term in
+"""--kl_loss_coeff (Sample Factory's MuJoCo setting 0.1): a KL(current || before the iteration) term in
 PPO's loss. On a real learner and real batches: zero until the policy moves, and a large weight keeps the updated
 policy closer to the one that acted than no weight does, on both minibatch paths (single steps, trajectories)."""
 

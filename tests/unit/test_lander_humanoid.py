@@ -1,4 +1,4 @@
-"""lunar_lander_wind and humanoid_dir (issue 35): the lander's tasks change its dynamics (two tasks, the same
+"""lunar_lander_wind and humanoid_dir: the lander's tasks change its dynamics (two tasks, the same
 actions and seed, different trajectories: the seed system's lander never switched its wind on), tasks are seeded
 and split like the other families', humanoid_dir's reward is Humanoid-v5's with the forward term signed, both pass
 gymnasium's env checker and become RL^2 trials through make_run_env."""

@@ -1,4 +1,4 @@
-"""Learning-rate schedules (issue 37). --lr_schedule=linear_decay follows whichever budget ends the run.
+"""Learning-rate schedules. --lr_schedule=linear_decay follows whichever budget ends the run.
 --lr_schedule=kl_adaptive_minibatch / kl_adaptive_epoch: on a real learner and real batches, the rate moves by 1.5
 per minibatch (or per epoch) the way the approximate KL says, stays within its bounds, reaches tensorboard's
 train/learning_rate through the stats, and a resumed learner goes on from the rate it saved.

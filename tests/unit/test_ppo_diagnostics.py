@@ -1,4 +1,4 @@
-"""PPO's tuning diagnostics (issue 18): approx_kl before and after an iteration's update, the explained
+"""PPO's tuning diagnostics: approx_kl before and after an iteration's update, the explained
 variance of the value targets by the values before the update, and the policy's std, on a real learner."""
 
 from __future__ import annotations

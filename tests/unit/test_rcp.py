@@ -153,7 +153,7 @@ def test_rcp_flags():
 
 @pytest.mark.parametrize(("algo", "condition"), [("rcp_r", "episode"), ("rcp_r", "step"), ("rcp_a", "episode")])
 def test_acting_conditions_each_step_on_the_target_training_labels_it_with(algo, condition):
-    """Issue 34, bug 3: RCP-R trained step t on its own Z_t but acted on the first step's target at every step
+    """Regression: RCP-R trained step t on its own Z_t but acted on the first step's target at every step
     (reward 1 for 200 steps, gamma 0.99: labels 86.6 at t=0, 1.0 at t=199, every acting step asked 86.6). An
     episode played again with its own first-step target as the command must see, at each step, the label the
     learner gives that step: with --rcp_condition=episode every label is the episode's return and the command holds,

@@ -336,7 +336,7 @@ class SkipsTheActorStep(NonFiniteGuard):
 
 
 def test_a_skipped_actor_step_still_counts_the_critic_step_and_moves_its_targets():
-    """Issue 34: when the actor's step was non-finite, the critic step that had happened was neither counted nor
+    """Regression: when the actor's step was non-finite, the critic step that had happened was neither counted nor
     followed by the Polyak update of its targets."""
     cfg = sac_cfg(learning_starts=0, updates_per_env_step=0.25, batch_size=32)
     sac = SAC(cfg, derive(cfg), make_model(cfg, OBS, BOX), "cpu", SkipsTheActorStep(0))
@@ -351,7 +351,7 @@ def test_a_skipped_actor_step_still_counts_the_critic_step_and_moves_its_targets
 
 
 def test_a_step_whose_env_raised_is_not_a_transition():
-    """Issue 34: the env runner cuts an episode whose env raised; the replay stored (s, a, 0, s, not terminal) for
+    """Regression: the env runner cuts an episode whose env raised; the replay stored (s, a, 0, s, not terminal) for
     that step, a transition that never happened. The runner marks it (final_obs NaN) and it is left out."""
     batch = {
         "obs": torch.arange(8, dtype=torch.float32).reshape(2, 4, 1),

@@ -1,4 +1,4 @@
-"""--std_ceiling_final (issue 37): a ceiling on a Gaussian policy's log-std that falls on the run's budget clock from
+"""--std_ceiling_final: a ceiling on a Gaussian policy's log-std that falls on the run's budget clock from
 --initial_log_std to log(--std_ceiling_final); the learned std is free below it and the other weights are untouched.
 --std_floor: a fixed lowest std, the same way."""
 

@@ -1,4 +1,4 @@
-"""--ppo_target_kl (issue 37): an iteration stops its remaining minibatch updates once the policy has moved past 1.5x
+"""--ppo_target_kl: an iteration stops its remaining minibatch updates once the policy has moved past 1.5x
 the target from the one that acted (Spinning Up's and Stable-Baselines3's early stop). On a real learner and real
 batches, both minibatch paths."""
 

@@ -274,7 +274,7 @@ def test_a_negative_command_cap_is_valid():
 
 
 def test_a_restarted_workers_episode_is_not_spliced_onto_the_dead_workers():
-    """Issue 34: a restarted actor worker numbered its episodes from 0 again, so its first episode on an env took
+    """Regression: a restarted actor worker numbered its episodes from 0 again, so its first episode on an env took
     the id of the dead worker's unfinished one there: stitch joined the two, and the dead one's steps were never
     freed otherwise. Ids carry the worker's incarnation, and an env's new episode ends the wait of its older one."""
     whole = chain_batch([[1] * 10])
