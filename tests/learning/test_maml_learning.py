@@ -1,4 +1,4 @@
-"""MAML-TRPO learns to adapt on navigation2d (the short variant of issue 13's acceptance; the full one, 60 iterations
+"""MAML-TRPO learns to adapt on navigation2d (the short variant of the acceptance; the full one, 60 iterations
 of the defaults on two seeds, is benchmarks/maml_navigation.py). Half the defaults' tasks and episodes per
 iteration, 10 iterations, one seed: measured on the shared 2-core machine, post-adaptation returns -26 ... -17 over
 iterations 6-10 against -47 before adaptation and -76 at the first iteration; meta-test -31.9 before and -18.8

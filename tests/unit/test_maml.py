@@ -90,7 +90,7 @@ def test_kl_hessian_vector_product_equals_the_direct_one(
     first_order: bool, num_inner_steps: int, discrete: bool
 ) -> None:
     """The KL Hessian-vector product the TRPO step uses equals plain autograd's (at two inner steps the learner's
-    own product is used: the helpers' assumes one step, issue 34 bug 2); Gaussian and categorical policies."""
+    own product is used: the helpers' assumes one step); Gaussian and categorical policies."""
     learner = tiny_learner(discrete=discrete, first_order=first_order, num_inner_steps=num_inner_steps, fast_lr=0.1)
     # Move the parameters away from those the old policy was computed with? No: TRPO's product is taken at them.
     train, valid = (random_episodes(3, 4, 7, 3, 2, seed, discrete=discrete) for seed in (3, 4))
@@ -293,7 +293,7 @@ def test_defaults_follow_the_references() -> None:
 
 
 def test_a_baseline_that_cannot_be_fitted_is_zero_and_said_in_the_log():
-    """Issue 34: after five failed solves the linear baseline returned zero weights silently."""
+    """Regression: after five failed solves the linear baseline returned zero weights silently."""
     import logging
 
     from appo.maml.algorithm import fit_linear_baseline
@@ -314,7 +314,7 @@ def test_a_baseline_that_cannot_be_fitted_is_zero_and_said_in_the_log():
 def test_means_weigh_each_step_not_each_episode_as_documented() -> None:
     """MAML's means are over the steps taken (each step the same), where pytorch-maml-rl weighs each episode the
     same; on ragged episodes they differ. Kept deliberately: the reference's weighting made seed 0 of
-    benchmarks/maml_navigation.py unstable (docs/algorithms.md, issue 34)."""
+    benchmarks/maml_navigation.py unstable (docs/algorithms.md)."""
     from appo.maml.algorithm import masked_mean
 
     torch.manual_seed(3)
