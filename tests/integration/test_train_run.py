@@ -91,10 +91,12 @@ def test_run_leaves_everything_and_resumes(train_dir):
 
 def test_synchronous_lag_is_zero_and_collect_ahead_at_most_one(train_dir):
     """Synchronous PPO trains every sample with the weights that collected it; with --collect_ahead the actors
-    fill the next iteration while the learner trains, one version behind at most. CartPole's learner is slower
-    than its envs, so the next iteration is always there in time: some samples are exactly one version old."""
+    fill the next iteration while the learner trains, one version behind at most. The learner takes 16 epochs over
+    each iteration, long against stepping CartPole even when another test loads the machine (with one epoch the
+    learner could finish before the actors stepped once), so some samples are exactly one version old."""
     lags = {}
-    for name, extra in (("sync", []), ("ahead", ["--collect_ahead=True"])):
+    slow_learner = ["--num_epochs=16"]
+    for name, extra in (("sync", slow_learner), ("ahead", ["--collect_ahead=True", *slow_learner])):
         args = [*FAST, f"--train_dir={train_dir}", f"--experiment={name}", "--num_workers=2", "--async_rl=False"]
         run_script("train_appo.py", [*args, *extra, "--train_for_env_steps=30000"], check=True)
         acc = scalars(train_dir / name / "summaries" / "0")
