@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium.envs.box2d.lunar_lander import LunarLander
+from gymnasium.utils import EzPickle
 
 from appo.envs.tasks import Task, TaskEnvMixin
 
@@ -29,6 +30,9 @@ class LunarLanderWindEnv(TaskEnvMixin, LunarLander):
 
     def __init__(self, task: Mapping[str, float] | None = None, continuous: bool = True, **kwargs: Any) -> None:
         LunarLander.__init__(self, continuous=continuous, enable_wind=True, **kwargs)
+        # Pickle and deep-copy (EzPickle re-constructs the env) with this signature's keyword arguments: LunarLander
+        # records its own positionally, and the task (kept current by set_task) would not fit them.
+        EzPickle.__init__(self, task=None if task is None else dict(task), continuous=continuous, **kwargs)
         self._init_task(task)
 
     def _sample_continuous(self, n: int, rng: np.random.Generator) -> list[Task]:
