@@ -56,8 +56,28 @@ def read_best_policy(exp_dir: Path) -> int | None:
     return int(json.loads(path.read_text())["policy_index"])
 
 
+# The temporary files of the run's atomic writes (write_text_atomic in the run's folder; checkpoints, PBT snapshots
+# and the replay in each checkpoint folder): a kill mid-write leaves one behind; nothing else has these names.
+TMP_SUFFIX = ".tmp"
+_CHECKPOINT_DIR_TMP = ("checkpoint_", "best_", "pbt_snapshot_", "replay")
+
+
+def checkpoint_temporary_files(ckpt_dir: Path) -> list[Path]:
+    """The temporary files of interrupted saves in one checkpoint folder."""
+    return sorted(p for p in Path(ckpt_dir).glob(f"*.pth{TMP_SUFFIX}") if p.name.startswith(_CHECKPOINT_DIR_TMP))
+
+
+def stale_temporary_files(exp_dir: Path) -> list[Path]:
+    """The temporary files of interrupted atomic writes in a run's folder and its checkpoint folders."""
+    exp_dir = Path(exp_dir)
+    found = [p for p in exp_dir.glob(f"*.json{TMP_SUFFIX}") if p.is_file()]
+    for ckpt_dir in sorted(exp_dir.glob("checkpoint_p*")):
+        found += checkpoint_temporary_files(ckpt_dir)
+    return sorted(found)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename: a crash leaves the old file or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + TMP_SUFFIX)
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -22,7 +22,7 @@ from appo.protocol.buffers import shared_bytes
 from appo.protocol.processes import process_title, set_process_title
 from appo.protocol.wiring import queue_bytes
 from appo.utils.logging import init_logging, log
-from appo.utils.paths import cfg_path, checkpoint_dir, log_path, write_text_atomic
+from appo.utils.paths import cfg_path, checkpoint_dir, log_path, stale_temporary_files, write_text_atomic
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -115,6 +115,8 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
     hold_run_dir(exp_dir)  # one driver per run directory (appo/driver/run_lock.py): released as run() returns
+    for stale in stale_temporary_files(exp_dir):  # a killed run's interrupted writes: no process writes them now
+        stale.unlink(missing_ok=True)
     write_text_atomic(cfg_path(exp_dir), json.dumps(cfg_to_dict(cfg), indent=2) + "\n")
     init_logging(cfg.log_level, log_path(exp_dir), "driver")
     set_process_title(process_title(cfg, "driver"))

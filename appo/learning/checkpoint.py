@@ -4,8 +4,8 @@ This module owns the on-disk checkpoint layout of one learner directory (e.g. ``
 
 * regular checkpoints ``checkpoint_{version:09d}_{env_steps}.pth``, of which only the newest ``keep`` are retained;
 * a single best checkpoint ``best_{version:09d}_{env_steps}_{metric:.3f}.pth``;
-* transient ``*.tmp`` files that only exist while a save is in flight (stale ones from a crash are ignored and
-  cleaned up by the next save).
+* transient ``*.tmp`` files that only exist while a save is in flight (stale ones from a crash are ignored, and
+  removed when the run starts again and by the next save).
 
 Every write goes to a temp file in the same directory, is fsync'ed, then ``os.replace``'d onto the final name and the
 directory is fsync'ed, so a crash at any point leaves either the old set of files or the new one, never a
@@ -26,10 +26,10 @@ import torch
 
 from appo.utils.paths import BEST_CHECKPOINT_RE as _BEST_RE
 from appo.utils.paths import CHECKPOINT_RE as _CKPT_RE
+from appo.utils.paths import TMP_SUFFIX as _TMP_SUFFIX
+from appo.utils.paths import checkpoint_temporary_files
 
 log = logging.getLogger("appo")
-
-_TMP_SUFFIX = ".tmp"
 
 
 def checkpoint_name(version: int, env_steps: int) -> str:
@@ -58,11 +58,11 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _remove_stale_tmp(ckpt_dir: Path) -> None:
-    """Delete temp files left by a crashed save; only our own name patterns, never unrelated user files."""
-    for p in ckpt_dir.glob(f"*.pth{_TMP_SUFFIX}"):
-        if p.name.startswith(("checkpoint_", "best_")):
-            with contextlib.suppress(OSError):
-                p.unlink()
+    """Delete temp files left by a crashed save (checkpoints, best, PBT snapshots, the replay); only our own name
+    patterns, never unrelated user files."""
+    for p in checkpoint_temporary_files(ckpt_dir):
+        with contextlib.suppress(OSError):
+            p.unlink()
 
 
 def _atomic_save(state: dict[str, Any], final_path: Path) -> Path:

@@ -195,3 +195,15 @@ def test_map_location(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         result = ck.load_latest(tmp_path, map_location="cuda")
         assert result is not None and result[0]["t"].device.type == "cuda"
+
+
+def test_every_kind_of_stale_tmp_is_cleaned_by_the_next_save(tmp_path: Path) -> None:
+    """A kill mid-write leaves the temporary file of a checkpoint, a PBT snapshot or the replay; the next save
+    removes them all, and nothing else."""
+    stale = [tmp_path / n for n in ("pbt_snapshot_for_p1.pth.tmp", "replay.pth.tmp", "best_000000002_9_1.000.pth.tmp")]
+    mine = tmp_path / "notes.pth.tmp"  # not a name appo writes
+    for p in [*stale, mine]:
+        p.write_bytes(b"half a file")
+    ck.save_checkpoint(tmp_path, {"a": 1}, version=1, env_steps=1, keep=2)
+    assert [p.name for p in stale if p.exists()] == []
+    assert mine.exists()
