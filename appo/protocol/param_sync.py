@@ -6,7 +6,14 @@ included) and an int64 version. The copy is guarded by a sequence counter, not a
 writer, the learner, makes the counter odd, copies, then makes it even again; a reader copies and keeps the
 copy only if the counter was even and unchanged around it, else it copies again. Readers never block the
 writer, and a reader killed mid-copy (actor workers are killed and restarted) leaves nothing held. A
-reader compares versions without copying (a cheap read every batch) and copies only when it moved."""
+reader compares versions without copying (a cheap read every batch) and copies only when it moved.
+
+The counter alone is enough only where stores become visible to other cores in program order (x86). Python has
+no memory fence, and on weakly ordered CPUs (aarch64: Graviton, Grace) a reader may see the counter even and
+unchanged around a copy that holds some of a later publish's bytes. So the writer also stores a crc32 of the
+weights it copied (after them), and a reader keeps its copy only when the crc32 of the copy equals the stored
+one: a torn copy fails that (but for a 2^-32 chance) and is taken again. The check costs a crc32 of the state
+per publish and per pull (benchmarks/param_checksum.py: tens of microseconds for the MuJoCo preset's model)."""
 
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ import time
 import torch
 from torch import nn
 
-from appo.protocol.shared_views import ParamViews, SharedArray
+from appo.protocol.shared_views import ParamViews, SharedArray, state_checksum
 
 
 class ParamStore:
@@ -23,6 +30,8 @@ class ParamStore:
         self.state = {k: v.detach().cpu().clone().share_memory_() for k, v in template.state_dict().items()}
         self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.sequence = torch.zeros(1, dtype=torch.int64).share_memory_()  # odd while a publish is copying
+        self.checksum = torch.zeros(1, dtype=torch.int64).share_memory_()  # crc32 of the published state
+        self.checksum[0] = self._crc()
 
     def publish(self, model: nn.Module, version: int) -> None:
         """Copy the learner's weights in and announce `version` (one writer per store: its learner)."""
@@ -30,13 +39,20 @@ class ParamStore:
             self.sequence += 1
             for name, value in model.state_dict().items():
                 self.state[name].copy_(value.detach(), non_blocking=False)
+            self.checksum[0] = self._crc()
             self.version[0] = version
             self.sequence += 1
+
+    def _crc(self) -> int:
+        return state_checksum(t.numpy() for t in self.state.values())
 
     def numpy_views(self) -> ParamViews:
         """This store for a process without torch (appo/protocol/shared_views.py): the same shared memory."""
         return ParamViews(
-            {k: SharedArray(v) for k, v in self.state.items()}, SharedArray(self.version), SharedArray(self.sequence)
+            {k: SharedArray(v) for k, v in self.state.items()},
+            SharedArray(self.version),
+            SharedArray(self.sequence),
+            SharedArray(self.checksum),
         )
 
     def pull_state(self, patience: float = 5.0) -> tuple[int, dict]:
@@ -45,7 +61,12 @@ class ParamStore:
 
     def numpy_views_here(self) -> ParamViews:
         """ParamViews over this process's own tensors (no pickling involved)."""
-        return ParamViews({k: v.numpy() for k, v in self.state.items()}, self.version.numpy(), self.sequence.numpy())
+        return ParamViews(
+            {k: v.numpy() for k, v in self.state.items()},
+            self.version.numpy(),
+            self.sequence.numpy(),
+            self.checksum.numpy(),
+        )
 
     def current_version(self) -> int:
         # Read through a numpy view of the shared counter: a policy worker asks every store at each step (an
@@ -62,17 +83,20 @@ class ParamStore:
 
     def pull(self, model: nn.Module, patience: float = 5.0) -> int:
         """Load the published weights into `model` (on any device); returns their version. Copies again when
-        a publish overlapped the copy, so the model never holds half of an update. A publish that stays
-        unfinished for `patience` seconds (its learner died mid-copy) raises instead of waiting forever."""
+        a publish overlapped the copy (or the copy fails the checksum), so the model never holds half of an update.
+        A publish that stays unfinished for `patience` seconds (its learner died mid-copy) raises instead of waiting
+        forever."""
         deadline = time.monotonic() + patience
         with torch.no_grad():
             while True:
                 before = int(self.sequence[0])
                 if before % 2 == 0:
                     version = int(self.version[0])
-                    for name, value in model.state_dict().items():
-                        value.copy_(self.state[name])
-                    if int(self.sequence[0]) == before:
+                    copy = {name: value.clone() for name, value in self.state.items()}
+                    whole = state_checksum(t.numpy() for t in copy.values()) == int(self.checksum[0])
+                    if int(self.sequence[0]) == before and whole:
+                        for name, value in model.state_dict().items():
+                            value.copy_(copy[name])
                         return version
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"published weights unfinished for {patience:g} s (their learner died?)")

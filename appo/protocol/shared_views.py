@@ -15,6 +15,8 @@ import mmap
 import os
 import sys
 import time
+import zlib
+from collections.abc import Iterable
 from multiprocessing import reduction
 from typing import Any
 
@@ -55,12 +57,21 @@ def _attach(dup: Any, nbytes: int, offset: int, shape: tuple[int, ...], dtype: s
     return np.frombuffer(memory, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)), offset=offset).reshape(shape)
 
 
-class ParamViews:
-    """A `ParamStore` (appo/protocol/param_sync.py) read in numpy: the same shared state dict, version and sequence
-    counter, and the same seqlock protocol, copying into numpy arrays instead of a torch model."""
+def state_checksum(arrays: Iterable[np.ndarray]) -> int:
+    """crc32 over the bytes of `arrays` in order: what a publish of the weights writes beside them, and what a
+    reader checks its copy against (appo/protocol/param_sync.py says why)."""
+    crc = 0
+    for array in arrays:
+        crc = zlib.crc32(memoryview(np.ascontiguousarray(array)).cast("B"), crc)
+    return crc
 
-    def __init__(self, state: dict[str, Any], version: Any, sequence: Any) -> None:
-        self.state, self.version, self.sequence = state, version, sequence
+
+class ParamViews:
+    """A `ParamStore` (appo/protocol/param_sync.py) read in numpy: the same shared state dict, version, sequence
+    counter and checksum, and the same protocol, copying into numpy arrays instead of a torch model."""
+
+    def __init__(self, state: dict[str, Any], version: Any, sequence: Any, checksum: Any) -> None:
+        self.state, self.version, self.sequence, self.checksum = state, version, sequence, checksum
 
     def current_version(self) -> int:
         return int(self.version[0])
@@ -74,7 +85,7 @@ class ParamViews:
             if before % 2 == 0:
                 version = int(self.version[0])
                 state = {name: np.array(value, copy=True) for name, value in self.state.items()}
-                if int(self.sequence[0]) == before:
+                if int(self.sequence[0]) == before and state_checksum(state.values()) == int(self.checksum[0]):
                     return version, state
             if time.monotonic() > deadline:
                 raise RuntimeError(f"published weights unfinished for {patience:g} s (their learner died?)")
