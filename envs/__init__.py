@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from appo.utils.seeding import incarnation_seed
+
 if TYPE_CHECKING:
     from appo.envs.schedules import TaskAssigner, TaskSchedule
     from appo.envs.tasks import Task
@@ -124,16 +126,17 @@ def _reward_conditioning(cfg: Any, env: gym.Env) -> gym.Env:
     return env
 
 
-def make_task_assigner(cfg: Any, env: gym.Env, env_idx: int) -> TaskAssigner | None:
+def make_task_assigner(cfg: Any, env: gym.Env, env_idx: int, incarnation: int = 0) -> TaskAssigner | None:
     """The task assigner of env number `env_idx` of a run (`env`: that env, wrappers allowed): the run's train
     tasks and the very schedule `make_run_env` builds for that env (same rng stream), so with the control
-    channel all free each env runs the task sequence its wrapper would have drawn. None without a task
-    schedule (--task_schedule=none). `cfg` is an appo Cfg."""
+    channel all free each env runs the task sequence its wrapper would have drawn; a restarted actor worker's
+    (`incarnation` > 0) draws its own sequence (appo/utils/seeding.py). None without a task schedule
+    (--task_schedule=none). `cfg` is an appo Cfg."""
     if cfg.task_schedule == "none":
         return None
     from appo.envs.schedules import TaskAssigner
 
-    return TaskAssigner(*_run_schedule(cfg, env, env_idx, "train"))
+    return TaskAssigner(*_run_schedule(cfg, env, env_idx, "train", incarnation))
 
 
 def run_tasks(cfg: Any, env: gym.Env) -> list[Task]:
@@ -161,9 +164,11 @@ def _run_split(cfg: Any, env: gym.Env) -> tuple[list[Task], list[Task]]:
     return _SPLITS[key]
 
 
-def _run_schedule(cfg: Any, env: gym.Env, env_idx: int, split: str) -> tuple[list[Task], TaskSchedule]:
+def _run_schedule(
+    cfg: Any, env: gym.Env, env_idx: int, split: str, incarnation: int = 0
+) -> tuple[list[Task], TaskSchedule]:
     """The `split` tasks of a run and the schedule of env `env_idx` over them: the one rule behind the
-    wrapper's schedule and the actor's task assigner."""
+    wrapper's schedule and the actor's task assigner (of a worker's `incarnation`-th start)."""
     from appo.envs.schedules import make_schedule
 
     if not is_task_env(env):
@@ -176,7 +181,8 @@ def _run_schedule(cfg: Any, env: gym.Env, env_idx: int, split: str) -> tuple[lis
         # The training trial length, not --episodes_per_trial: under per_episode training sees 1-episode
         # trials, and a 2-episode meta-test trial would double the return it reports.
         return test, make_schedule("sequence", test, trial_length(cfg), env_idx, cfg.seed)
-    return train, make_schedule(cfg.task_schedule, train, cfg.episodes_per_trial, env_idx, cfg.seed)
+    seed = incarnation_seed(cfg.seed, incarnation)
+    return train, make_schedule(cfg.task_schedule, train, cfg.episodes_per_trial, env_idx, seed)
 
 
 def _project_env(module: str, class_name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:

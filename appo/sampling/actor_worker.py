@@ -32,9 +32,18 @@ from appo.protocol.shared_views import ParamViews, numpy_views
 from appo.protocol.wiring import Queues, actor_inbox, send
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.inference import Inference, make_numpy_inference
+from appo.utils.seeding import incarnation_seed
 from appo.utils.timing import Timing
 
 EPISODE_REPORT_SECONDS = 1.0
+
+
+def acting_stream(worker_idx: int, incarnation: int) -> int:
+    """The random stream of an actor worker acting for its own envs: apart from policy worker processes' streams
+    and from its predecessors' (a restarted worker draws new action noise)."""
+    return incarnation_seed(1000 + worker_idx, incarnation)
+
+
 REQUEST_TIMEOUT = 10.0  # seconds before an unanswered InferenceRequest is sent again
 
 
@@ -51,7 +60,7 @@ class ActorWorker:
     ) -> None:
         """`buffers`, `control`: shared tensors or numpy arrays over them. `inference`: components to answer this
         worker's requests in-process (or None)."""
-        self.cfg, self.worker_idx = cfg, worker_idx
+        self.cfg, self.worker_idx, self.incarnation = cfg, worker_idx, incarnation
         self.inference = {w.policy_id: w for w in inference or []}
         self.pending: list[InferenceRequest] = []  # requests to answer here at the next act_locally
         views = numpy_views(buffers)
@@ -81,9 +90,9 @@ class ActorWorker:
         msgs: list[Any] = []
         for runner in self.runners:
             seed = self.cfg.seed * 100_003 + (self.worker_idx * self.cfg.worker_num_splits + runner.split_idx) * 1009
-            msgs += runner.init(seed)
+            msgs += runner.init(incarnation_seed(seed, self.incarnation))  # env seeds, noise, policy draws
         if self.cfg.decorrelate_experience_max_seconds > 0:
-            seconds = random.Random(self.cfg.seed + self.worker_idx).uniform(
+            seconds = random.Random(incarnation_seed(self.cfg.seed + self.worker_idx, self.incarnation)).uniform(
                 0, self.cfg.decorrelate_experience_max_seconds
             )
             for runner in self.runners:
@@ -207,7 +216,7 @@ def run_actor_worker(
     def body() -> None:
         inference = None
         if params is not None:
-            stream = 1000 + worker_idx  # apart from policy worker processes' streams
+            stream = acting_stream(worker_idx, incarnation)
             inference = make_numpy_inference(cfg, buffers, params, description, control, stream)
         worker = ActorWorker(cfg, derived, worker_idx, buffers, control, incarnation, inference)
         try:

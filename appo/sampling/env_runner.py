@@ -131,7 +131,9 @@ class EnvRunner(SplitEnvs):
     def init(self, seed: int) -> list[Any]:
         """Create and reset the envs; returns the first InferenceRequest."""
         self.envs = [self.env_fn(self.first_env + i) for i in range(self.num_envs)]
-        self.task_assigners = [make_task_assigner(self.cfg, env, self.first_env + i) for i, env in enumerate(self.envs)]
+        self.task_assigners = [
+            make_task_assigner(self.cfg, env, self.first_env + i, self.incarnation) for i, env in enumerate(self.envs)
+        ]
         if self.episodic:
             self.episode_tasks = run_tasks(self.cfg, self.envs[0])
         self.rng = np.random.default_rng(seed)

@@ -45,7 +45,7 @@ class RayActorWorker:
         it runs."""
         import ray
 
-        from appo.sampling.actor_worker import ActorWorker
+        from appo.sampling.actor_worker import ActorWorker, acting_stream
         from appo.sampling.policy_worker import make_policy_workers
 
         cfg, derived, w = self.cfg, self.derived, self.worker_idx
@@ -56,7 +56,9 @@ class RayActorWorker:
         self.params = [ParamStore(self.template) for _ in range(self.num_weight_sets)]
         self.versions = [-1] * self.num_weight_sets
         self._load_weights(weights)
-        acting = make_policy_workers(cfg, derived, buffers, self.params, self.spaces, "cpu", control, 1000 + w)
+        acting = make_policy_workers(
+            cfg, derived, buffers, self.params, self.spaces, "cpu", control, acting_stream(w, incarnation)
+        )
         if self.worker is not None:
             self.worker.close()
         self.worker = ActorWorker(cfg, derived, w, buffers, control, incarnation, acting)

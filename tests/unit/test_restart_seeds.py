@@ -1,0 +1,56 @@
+"""A restarted actor worker draws new random streams: its envs' reset seeds, its task order and its action noise
+differ from its predecessor's (which repeated them after every restart), while a first start keeps its seeds, so
+runs without restarts stay as reproducible as before."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from appo.config.cfg import merge_cfg
+from appo.config.derive import derive
+from appo.envs import make_run_env
+from appo.protocol.buffers import allocate_control, allocate_trajectories
+from appo.sampling.actor_worker import ActorWorker, acting_stream
+from appo.utils.seeding import incarnation_seed
+
+FLAGS = {"env": "navigation2d", "task_schedule": "per_episode", "num_workers": 1, "num_envs_per_worker": 8}
+FLAGS |= {"worker_num_splits": 1, "rollout": 8, "batch_size": 64, "device": "cpu", "seed": 4}
+
+
+def started(incarnation: int) -> dict:
+    """What an actor worker's `incarnation`-th start draws: each env's generator as its reset seeded it, each env's
+    first task, and the worker's next random numbers (policy draws, action noise of episodic runs)."""
+    cfg = merge_cfg(dict(FLAGS), None)
+    d = derive(cfg)
+    env = make_run_env(cfg)
+    spaces = (env.observation_space, env.action_space)
+    env.close()
+    worker = ActorWorker(cfg, d, 0, allocate_trajectories(cfg, d, *spaces), allocate_control(cfg, d), incarnation)
+    try:
+        worker.init()
+        (runner,) = worker.runners
+        return {
+            "env_seeds": np.array([e.unwrapped.np_random.random() for e in runner.envs]),
+            "env_task": np.asarray(runner.env_task).copy(),
+            "rng": runner.rng.random(4),
+        }
+    finally:
+        worker.close()
+
+
+def test_a_restarted_worker_does_not_replay_its_predecessors_streams() -> None:
+    first, again, restarted = started(0), started(0), started(1)
+    for key in ("env_seeds", "env_task", "rng"):
+        np.testing.assert_array_equal(first[key], again[key], err_msg=f"{key}: a first start must be reproducible")
+    assert not np.array_equal(first["env_seeds"], restarted["env_seeds"]), (
+        "the restarted worker reset its envs with old seeds"
+    )
+    assert not np.array_equal(first["rng"], restarted["rng"]), "the restarted worker replays old random draws"
+    assert not np.array_equal(first["env_task"], restarted["env_task"]), "the restarted worker replays the task order"
+    assert acting_stream(0, 0) != acting_stream(0, 1), "the restarted worker's action noise repeats"
+
+
+def test_incarnation_seeds_differ_and_the_first_is_the_seed() -> None:
+    assert incarnation_seed(123, 0) == 123
+    seeds = {incarnation_seed(123, k) for k in range(1, 50)} | {incarnation_seed(124, k) for k in range(1, 50)}
+    assert len(seeds) == 98
