@@ -4,6 +4,7 @@ every backend answers)."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from pathlib import Path
@@ -165,7 +166,7 @@ class LocalBackend:
         """Messages for the driver that arrived within `timeout` seconds."""
         try:
             return self.queues.driver_queue.get_many(timeout=timeout)
-        except Exception:  # queue.Empty on timeout
+        except queue.Empty:  # nothing came within `timeout`
             return []
 
     def send(self, msgs: list[Any]) -> None:

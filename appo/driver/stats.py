@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from appo.config.algorithms import ALGORITHMS
-from appo.envs.wrappers import task_bucket
 from appo.protocol.messages import EpisodeReport, EvalReport, HyperparamsReport, TrainReport
 
 FPS_WINDOWS = (10, 60, 300)  # seconds
@@ -45,8 +44,7 @@ class PolicyStats:
         for trial in trials:
             for k, ret in enumerate(trial["returns"]):
                 self.by_episode.setdefault(k, deque(maxlen=RETURN_WINDOW)).append(ret)
-            bucket = task_bucket(trial["task"])
-            self.by_task.setdefault(bucket, deque(maxlen=RETURN_WINDOW)).append(sum(trial["returns"]))
+            self.by_task.setdefault(trial["bucket"], deque(maxlen=RETURN_WINDOW)).append(sum(trial["returns"]))
 
     def return_mean(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else math.nan

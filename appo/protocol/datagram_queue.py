@@ -11,22 +11,38 @@ Same calls as the faster-fifo queue the components use (put, put_many, get_many,
 queue.Full). Flags are given per call (MSG_DONTWAIT), never set on the socket, because every process
 shares the socket's file status flags. A socketpair's ends are each other's peer, so the kernel's limit on
 queued datagrams (net.unix.max_dgram_qlen) does not apply; the send buffer does: about 8 MB where
-net.core.wmem_max allows (4 MB requested, doubled by the kernel), else the system default.
+net.core.wmem_max allows (4 MB requested, doubled by the kernel), else twice the system's limit (425,984 bytes
+where net.core.wmem_max is the stock 212,992).
+
+No datagram is larger than about MAX_DATAGRAM, whatever the message: a larger message goes as numbered fragments
+that the reader joins again (a writer killed between two fragments leaves an incomplete message, dropped after
+FRAGMENT_SECONDS and counted). A datagram the reader cannot read is logged and counted in `unreadable`, and the
+rest of the read goes on: it is never taken for an empty queue.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import queue
 import select
 import socket
+import struct
 import time
 from typing import Any
 
-BUFFER_BYTES = 4 * 1024 * 1024
+from appo.utils.logging import log
+
+# The socket buffer asked for (the kernel caps it at net.core.wmem_max and doubles it); APPO_QUEUE_BUFFER_BYTES
+# sets another, e.g. a stock host's 212,992 to see a run work within it.
+BUFFER_BYTES = int(os.environ.get("APPO_QUEUE_BUFFER_BYTES", 4 * 1024 * 1024))
 MAX_DATAGRAM = 60 * 1024  # put_many packs messages into datagrams of at most about this size
 RECV_BYTES = 1 << 20
-ONE, MANY = b"1", b"N"  # first byte of a datagram: one pickled message, or a pickled list of pickled messages
+# First byte of a datagram: one pickled message, a pickled list of pickled messages, or a fragment of one message
+# (then a header: the message's random id, this fragment's index, the number of fragments).
+ONE, MANY, FRAGMENT = b"1", b"N", b"F"
+FRAGMENT_HEADER = struct.Struct("<16sII")
+FRAGMENT_SECONDS = 60.0  # an incomplete message older than this (its writer died mid-message) is dropped
 
 
 class DatagramQueue:
@@ -34,10 +50,23 @@ class DatagramQueue:
         self.reader, self.writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.writer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes)
         self.reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)
+        self.unreadable = 0  # datagrams (or incomplete messages) the reader dropped
+        self.partial: dict[bytes, tuple[float, dict[int, bytes], int]] = {}  # id -> (first seen, parts, count)
 
     # --- writing ----------------------------------------------------------------------------------------
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        self._send(ONE + pickle.dumps(item, pickle.HIGHEST_PROTOCOL), block, timeout)
+        self._send_message(pickle.dumps(item, pickle.HIGHEST_PROTOCOL), block, timeout)
+
+    def _send_message(self, data: bytes, block: bool, timeout: float | None) -> None:
+        """One pickled message: one datagram, or numbered fragments when it is larger than MAX_DATAGRAM."""
+        if len(data) < MAX_DATAGRAM:
+            self._send(ONE + data, block, timeout)
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        message_id, count = os.urandom(16), -(-len(data) // MAX_DATAGRAM)
+        for i in range(count):
+            part = data[i * MAX_DATAGRAM : (i + 1) * MAX_DATAGRAM]
+            self._send(FRAGMENT + FRAGMENT_HEADER.pack(message_id, i, count) + part, block, _left(deadline))
 
     def put_many(self, items: list[Any], block: bool = True, timeout: float | None = None) -> None:
         """Every message is delivered or, after `timeout`, queue.Full is raised for the rest."""
@@ -46,6 +75,12 @@ class DatagramQueue:
         size = 0
         for item in items:
             data = pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
+            if len(data) >= MAX_DATAGRAM:  # alone, in fragments, after what came before it
+                if chunk:
+                    self._send(_pack(chunk), block, _left(deadline))
+                    chunk, size = [], 0
+                self._send_message(data, block, _left(deadline))
+                continue
             if chunk and size + len(data) > MAX_DATAGRAM:
                 self._send(_pack(chunk), block, _left(deadline))
                 chunk, size = [], 0
@@ -73,17 +108,56 @@ class DatagramQueue:
         """Whatever is queued (at least one message, waiting up to `timeout` when `block`); queue.Empty if none.
         A datagram's messages are never split, so up to one datagram more than `max_messages_to_get` may come."""
         out: list[Any] = []
-        if block and not _wait(self.reader, select.POLLIN, timeout):
-            raise queue.Empty
-        while len(out) < max_messages_to_get:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if block and not _wait(self.reader, select.POLLIN, _left(deadline)):
+                raise queue.Empty
+            self._read(out, max_messages_to_get)
+            if self.partial:
+                self._drop_stale(time.monotonic())
+            if out:
+                return out
+            left = _left(deadline)
+            if not block or (left is not None and left <= 0):  # only fragments (or unreadable datagrams) came
+                raise queue.Empty
+
+    def _read(self, out: list[Any], max_messages: int) -> None:
+        """Every datagram queued now (up to `max_messages` messages), unpacked into `out`."""
+        while len(out) < max_messages:
             try:
                 data = self.reader.recv(RECV_BYTES, socket.MSG_DONTWAIT)
             except BlockingIOError:
-                break
-            out.extend(_unpack(data))
-        if not out:
-            raise queue.Empty
-        return out
+                return
+            try:
+                out.extend(self._unpack(data))
+            except Exception as exc:  # a datagram nobody can read: counted and logged, the rest still read
+                self.unreadable += 1
+                log.warning(
+                    "queue: dropped an unreadable datagram of %d bytes (%s: %s)", len(data), type(exc).__name__, exc
+                )
+
+    def _unpack(self, data: bytes) -> list[Any]:
+        kind = data[:1]
+        if kind == ONE:
+            return [pickle.loads(data[1:])]
+        if kind == MANY:
+            return [pickle.loads(p) for p in pickle.loads(data[1:])]
+        if kind != FRAGMENT:
+            raise ValueError(f"unknown datagram kind {kind!r}")
+        message_id, index, count = FRAGMENT_HEADER.unpack_from(data, 1)
+        now = time.monotonic()
+        _, parts, _ = self.partial.setdefault(message_id, (now, {}, count))
+        parts[index] = data[1 + FRAGMENT_HEADER.size :]
+        if len(parts) < count:
+            return []
+        del self.partial[message_id]
+        return [pickle.loads(b"".join(parts[i] for i in range(count)))]
+
+    def _drop_stale(self, now: float) -> None:
+        for message_id in [m for m, (first, _, _) in self.partial.items() if now - first > FRAGMENT_SECONDS]:
+            del self.partial[message_id]
+            self.unreadable += 1
+            log.warning("queue: dropped a message whose fragments stopped coming (its writer died?)")
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         return self.get_many(block, timeout, max_messages_to_get=1)[0]
@@ -95,12 +169,6 @@ class DatagramQueue:
 
 def _pack(chunk: list[bytes]) -> bytes:
     return MANY + pickle.dumps(chunk, pickle.HIGHEST_PROTOCOL) if len(chunk) > 1 else ONE + chunk[0]
-
-
-def _unpack(data: bytes) -> list[Any]:
-    if data[:1] == ONE:
-        return [pickle.loads(data[1:])]
-    return [pickle.loads(p) for p in pickle.loads(data[1:])]
 
 
 def _left(deadline: float | None) -> float | None:

@@ -87,7 +87,8 @@ class SlotsReleased(NamedTuple):
 
 class EpisodeReport(NamedTuple):
     """Episodes that ended since the last report of this worker (returns and lengths, per policy). For
-    task envs an episode is a trial; `trials` then holds each trial's per-episode returns and its task."""
+    task envs an episode is a trial; `trials` then holds each trial's per-episode returns and its task's bucket
+    label ({"returns": [...], "bucket": str}: appo/sampling/actor_worker.py trial_summary), a few bytes a trial."""
 
     policy_id: int
     worker_idx: int

@@ -26,6 +26,7 @@ import numpy as np
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.envs import make_run_env
+from appo.envs.wrappers import task_bucket
 from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
 from appo.protocol.processes import component_main
 from appo.protocol.shared_views import ParamViews, numpy_views
@@ -36,6 +37,12 @@ from appo.utils.seeding import incarnation_seed
 from appo.utils.timing import Timing
 
 EPISODE_REPORT_SECONDS = 1.0
+
+
+def trial_summary(trial: dict) -> dict:
+    """What the driver reads of a finished trial: its episodes' returns and its task's bucket label, not the task
+    itself (a tabular MDP's task is its tables: kilobytes a trial, which once overflowed the driver's queue)."""
+    return {"returns": [float(r) for r in trial["returns"]], "bucket": task_bucket(trial["task"])}
 
 
 def acting_stream(worker_idx: int, incarnation: int) -> int:
@@ -155,7 +162,12 @@ class ActorWorker:
             by_policy[0] = []
         return [
             EpisodeReport(
-                pid, self.worker_idx, [e[0] for e in eps], [e[1] for e in eps], [e[2] for e in eps if e[2]], busy
+                pid,
+                self.worker_idx,
+                [e[0] for e in eps],
+                [e[1] for e in eps],
+                [trial_summary(e[2]) for e in eps if e[2]],
+                busy,
             )
             for pid, eps in by_policy.items()
         ]

@@ -21,7 +21,7 @@ ROUTES: list[tuple[Any, Callable[[Any], Any]]] = [
     (m.TrajectoryReady(1, 2, 0, 1, 16, 4), lambda q: q.learner_queues[1]),
     (m.SlotsReleased(2, 0, 1, 1), lambda q: q.actor_inboxes[2]),
     (
-        m.EpisodeReport(1, 2, [1.5, -2.0], [10, 20], [{"returns": [1.5], "task": {"v": 1.0}}], 0.5),
+        m.EpisodeReport(1, 2, [1.5, -2.0], [10, 20], [{"returns": [1.5], "bucket": "v=+1.0"}], 0.5),
         lambda q: q.driver_queue,
     ),
     (m.TrainReport(1, 1000, 3, {"policy_loss": 0.1}), lambda q: q.driver_queue),
