@@ -28,6 +28,7 @@ from appo.driver.stats import Stats, SummaryWriters, eval_line
 from appo.protocol.buffers import allocate_control, allocate_trajectories
 from appo.protocol.control import ControlChannel, control_channel
 from appo.protocol.messages import ErrorReport, EvalReport, EvalRequest, HyperparamsReport, ReturnSummary
+from appo.protocol.processes import child_pids, kill_children
 from appo.utils.logging import log
 
 
@@ -249,33 +250,6 @@ def drive(cfg: Cfg, driver: Driver, backend: Any, received: list[int]) -> int:
 class StartInterrupted(BaseException):
     """Raised by the driver's signal handler while the backend is starting: the start is abandoned and the backend
     stops what it had started (BaseException: library code that catches Exception must not swallow it)."""
-
-
-def child_pids() -> set[int]:
-    import psutil
-
-    return {child.pid for child in psutil.Process().children(recursive=True)}
-
-
-def kill_children(before: set[int] | None = None) -> list[str]:
-    """SIGKILL every process this driver started that is still alive, less those in `before` (there before the
-    run: a test's Ray cluster) and Python's resource tracker (it frees what the dead ones leaked); returns their
-    names. The last sweep of every run's end: a process a backend lost track of (a Ray node process of a start
-    cut short) does not outlive the run."""
-    import psutil
-
-    left = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.pid in (before or set()) or child.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if "resource_tracker" in " ".join(child.cmdline()):
-                continue
-            left.append(f"{child.pid} {child.name()}")
-            child.kill()
-        except psutil.Error:
-            continue
-    return left
 
 
 class Watchdog:

@@ -17,6 +17,7 @@ meta_test/iter_<N>.npz (tasks, returns [steps + 1, tasks, episodes]).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -37,7 +38,7 @@ from appo.maml.actors import ActorPool
 from appo.maml.algorithm import Episodes, MamlTrpo, make_policy, params_of
 from appo.maml.buffers import allocate_buffers, episode_horizon
 from appo.maml.hvp_pool import HvpPool
-from appo.protocol.processes import limit_threads
+from appo.protocol.processes import child_pids, kill_children, limit_threads
 from appo.utils.logging import log
 from appo.utils.paths import checkpoint_dir, summaries_dir
 
@@ -215,9 +216,14 @@ def run(cfg: Cfg) -> int:
 
         writer = mirror_writers([writer], cfg, exp_dir)[0]
     received: list[int] = []
+    before = child_pids()
 
     def on_signal(signum: int, _frame: Any) -> None:
-        received.append(signum)
+        if received:  # a second Ctrl-C, as in the engine's driver: no more waiting, but no orphans either
+            log.warning("second signal: killing every process now")
+            kill_children(before)
+            os._exit(130)
+        received.append(signum)  # the first: the meta-iteration in flight ends, a checkpoint, no final meta-test
 
     previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     maml = MamlRun(cfg)
@@ -239,10 +245,10 @@ def run(cfg: Cfg) -> int:
             if cfg.meta_test_interval > 0 and maml.iteration % cfg.meta_test_interval == 0:
                 run_meta_test(maml, writer)
                 tested = maml.iteration
-        if maml.iteration > 0 and tested != maml.iteration:
+        if maml.iteration > 0 and tested != maml.iteration and not received:
             run_meta_test(maml, writer)  # saves the final checkpoint first
         elif maml.iteration > 0:
-            maml.save()
+            maml.save()  # stopped by a signal: the checkpoint only (the next start meta-tests on schedule)
     except Exception as exc:
         log.exception("MAML run failed: %s", exc)
         status = 1
@@ -251,6 +257,8 @@ def run(cfg: Cfg) -> int:
         writer.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if status == 0 and received:  # as the engine's driver: 143 after SIGTERM, 0 after Ctrl-C
+        status = 143 if received[0] == signal.SIGTERM else 0
     return status
 
 

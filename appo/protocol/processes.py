@@ -166,3 +166,30 @@ def stop_processes(
     for process in left:
         process.join(2.0)
     return [p.name for p in left]
+
+
+def child_pids() -> set[int]:
+    import psutil
+
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def kill_children(before: set[int] | None = None) -> list[str]:
+    """SIGKILL every process this driver started that is still alive, less those in `before` (there before the
+    run: a test's Ray cluster) and Python's resource tracker (it frees what the dead ones leaked); returns their
+    names. The last sweep of every run's end: a process a backend lost track of (a Ray node process of a start
+    cut short) does not outlive the run."""
+    import psutil
+
+    left = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.pid in (before or set()) or child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if "resource_tracker" in " ".join(child.cmdline()):
+                continue
+            left.append(f"{child.pid} {child.name()}")
+            child.kill()
+        except psutil.Error:
+            continue
+    return left
