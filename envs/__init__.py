@@ -64,8 +64,12 @@ def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = No
 
 def env_kwargs(cfg: Any) -> dict[str, Any]:
     """The constructor keywords that `cfg` gives its env: for a family in `_FAMILY_CFG_KEYS`, each of its cfg
-    keys under the constructor's name (e.g. --num_arms as `num_arms`); empty for every other env."""
-    return {kwarg: getattr(cfg, key) for key, kwarg in _FAMILY_CFG_KEYS.get(cfg.env, {}).items()}
+    keys under the constructor's name (e.g. --num_arms as `num_arms`); empty for every other env. A tabular MDP's
+    horizon is --max_episode_steps where that is set (its episodes terminate there: envs/tabular_mdp.py)."""
+    kwargs = {kwarg: getattr(cfg, key) for key, kwarg in _FAMILY_CFG_KEYS.get(cfg.env, {}).items()}
+    if cfg.env == "tabular_mdp" and getattr(cfg, "max_episode_steps", 0) > 0:
+        kwargs["episode_steps"] = cfg.max_episode_steps
+    return kwargs
 
 
 def is_task_env(env: gym.Env) -> bool:

@@ -1,7 +1,9 @@
 """Random tabular MDPs as a task family (RL^2: Duan et al. 2016, sec. 4.2). Pure numpy.
 
 S states, A actions (`--mdp_states`, `--mdp_actions`: 10 and 5 by default), episodes of H steps
-(`--mdp_episode_steps`, 10; the TimeLimit that `make_env` applies, so `--max_episode_steps` overrides it).
+(`--mdp_episode_steps`, 10; `--max_episode_steps` > 0 overrides it). The horizon is part of the task: an episode
+*terminates* at step H (the objective is the total reward of a trial of such episodes, nothing after it), so
+learners never bootstrap a value past a trial's end; make_env's TimeLimit at the same H never cuts first.
 A task draws reward means R[s, a] ~ N(1, 1) and transition rows P[s, a, .] ~ Dirichlet(1, ..., 1). Every episode
 starts in state 0; in state s action a pays R[s, a] + N(0, 1) and moves to s' ~ P[s, a, .]. The observation is
 the one-hot of the state (S float32). Task dict: 'r_{s}_{a}' = R[s, a] and 'p_{s}_{a}_{s2}' = P[s, a, s2]
@@ -70,7 +72,7 @@ class TabularMDPEnv(TaskEnvMixin, gym.Env[NDArray[np.float32], np.int64]):
         self.task_keys = mdp_keys(self.num_states, self.num_actions)
         self.observation_space = spaces.Box(0.0, 1.0, shape=(self.num_states,), dtype=np.float32)
         self.action_space = spaces.Discrete(self.num_actions)
-        self._state = 0
+        self._state, self._t = 0, 0
         self._init_task(task)
 
     def _sample_continuous(self, n: int, rng: np.random.Generator) -> list[Task]:
@@ -100,7 +102,7 @@ class TabularMDPEnv(TaskEnvMixin, gym.Env[NDArray[np.float32], np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         super().reset(seed=seed)
-        self._state = 0
+        self._state, self._t = 0, 0
         return self._obs(), {"task": self.get_task(), "state": 0}
 
     def step(self, action: Any) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
@@ -111,4 +113,6 @@ class TabularMDPEnv(TaskEnvMixin, gym.Env[NDArray[np.float32], np.int64]):
         reward = float(self._rewards[s, a] + self.np_random.normal())
         u = self.np_random.random()
         self._state = min(int(np.searchsorted(self._cumulative[s, a], u, side="right")), self.num_states - 1)
-        return self._obs(), reward, False, False, {"task": self.get_task(), "state": self._state}
+        self._t += 1
+        terminated = self._t >= self.default_episode_steps  # the finite horizon: an end, not a time limit
+        return self._obs(), reward, terminated, False, {"task": self.get_task(), "state": self._state}
