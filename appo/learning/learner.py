@@ -42,6 +42,7 @@ from appo.utils.logging import log
 from appo.utils.timing import Timing
 
 REPLAY_FILE = "replay.pth"  # beside the checkpoints: an off-policy algorithm's replay (--save_replay)
+REPLAY_STAMP = "saved_with_checkpoint"  # in the replay file: the version and env steps of its checkpoint
 
 
 class Learner:
@@ -140,7 +141,7 @@ class Learner:
             if "random_states" in state:
                 set_random_states(state["random_states"])
             if (self.ckpt_dir / REPLAY_FILE).is_file():
-                self.algorithm.load_replay_state(load_checkpoint(self.ckpt_dir / REPLAY_FILE, self.device))
+                self._load_replay(path)
             log.info(
                 "learner %d resumed from %s (version %d, %d env steps)",
                 self.policy_id,
@@ -256,9 +257,30 @@ class Learner:
         self.last_save = time.monotonic()
         path = save_checkpoint(self.ckpt_dir, self.state(), self.version, self.env_steps, self.cfg.keep_checkpoints)
         replay = self.algorithm.replay_state()  # an off-policy algorithm's replay, when asked to keep it
-        if replay is not None:
-            save_snapshot(replay, self.ckpt_dir / REPLAY_FILE)
+        if replay is not None:  # stamped with the checkpoint it goes with: a kill between the two writes shows
+            stamp = {"version": self.version, "env_steps": self.env_steps}
+            save_snapshot({**replay, REPLAY_STAMP: stamp}, self.ckpt_dir / REPLAY_FILE)
         return path
+
+    def _load_replay(self, checkpoint: Path) -> None:
+        """The replay saved beside the checkpoints. One saved with another checkpoint than the one resumed (the
+        learner was killed between the two writes, or the newest checkpoint was unreadable) is loaded all the same
+        (its transitions are as good), with a warning naming both."""
+        state = load_checkpoint(self.ckpt_dir / REPLAY_FILE, self.device)
+        stamp = state.pop(REPLAY_STAMP, None)
+        if stamp is not None and (int(stamp["version"]), int(stamp["env_steps"])) != (self.version, self.env_steps):
+            log.warning(
+                "learner %d: %s was saved with the checkpoint of version %d (%d env steps), not with %s (version %d, "
+                "%d env steps): it holds the transitions up to then",
+                self.policy_id,
+                REPLAY_FILE,
+                int(stamp["version"]),
+                int(stamp["env_steps"]),
+                checkpoint.name,
+                self.version,
+                self.env_steps,
+            )
+        self.algorithm.load_replay_state(state)
 
     def publish(self) -> None:
         """Hand the newest weights to the actors as a new version (after each iteration, and whenever an
