@@ -30,6 +30,7 @@ from torch.func import functional_call
 from appo.algorithms.base import Algorithm
 from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.common.trpo import line_search, step_direction
+from appo.config.algorithms.maml import inner_lr
 from appo.models.categorical_mlp import MamlCategoricalPolicy
 from appo.models.gaussian_mlp import MamlPolicy, make_policy  # noqa: F401 - the algorithm's model
 from appo.utils.logging import log
@@ -224,7 +225,7 @@ class MamlTrpo(Algorithm):
         params = {k: v.detach().requires_grad_() for k, v in params.items()}
         adv = advantages(train, cfg.gamma, cfg.gae_lambda) if adv is None else adv
         steps = cfg.num_inner_steps if num_steps is None else num_steps
-        new = adapt(self.model, params, train, adv, cfg.fast_lr, steps, first_order=True)
+        new = adapt(self.model, params, train, adv, inner_lr(cfg), steps, first_order=True)
         return {k: v.detach() for k, v in new.items()}
 
     # --- the outer step ----------------------------------------------------------------------------------
@@ -246,7 +247,7 @@ class MamlTrpo(Algorithm):
         cfg, model = self.cfg, self.model
         losses, kls = [], []
         for b in batches:
-            theta = adapt(model, params, b.train, b.train_adv, cfg.fast_lr, cfg.num_inner_steps, first_order)
+            theta = adapt(model, params, b.train, b.train_adv, inner_lr(cfg), cfg.num_inner_steps, first_order)
             dist = distribution(model, theta, b.valid.obs)
             ratio = torch.exp(model.log_prob(dist, b.valid.actions) - b.old_log_probs)
             losses.append(-masked_mean(ratio * b.valid_adv, b.valid.mask))
@@ -288,7 +289,7 @@ class MamlTrpo(Algorithm):
             if g is None:
                 return u
             hu = torch.autograd.grad(torch.dot(g, u), leaves, retain_graph=True)
-            return u - cfg.fast_lr * flatten(dict(zip(names, hu, strict=True)))
+            return u - inner_lr(cfg) * flatten(dict(zip(names, hu, strict=True)))
 
         def product(g: Tensor | None, g_kl: Tensor, theta: list[Tensor]) -> Callable[[Tensor], Tensor]:
             def hvp(v: Tensor) -> Tensor:
@@ -300,7 +301,7 @@ class MamlTrpo(Algorithm):
 
         products = []
         for b in batches:
-            adapted, g_inner = inner_step(self.model, params, b.train, b.train_adv, cfg.fast_lr, cfg.first_order)
+            adapted, g_inner = inner_step(self.model, params, b.train, b.train_adv, inner_lr(cfg), cfg.first_order)
             theta = {k: p.detach().requires_grad_() for k, p in adapted.items()}
             kl = masked_mean(self.model.kl(b.old_dist, distribution(self.model, theta, b.valid.obs)), b.valid.mask)
             g_kl = torch.autograd.grad(kl, list(theta.values()), create_graph=True)

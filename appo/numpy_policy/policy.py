@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from appo.config.algorithms.maml import inner_lr
 from appo.numpy_policy.registry import current_description, make_numpy_pass
 
 
@@ -181,7 +182,7 @@ class Policy:
 
         cfg = self.cfg
         steps = cfg.num_inner_steps if steps is None else steps
-        lr = cfg.fast_lr if lr is None else lr
+        lr = inner_lr(cfg) if lr is None else lr
         activation = self.meta["model"]["activation"]
         state = adapt(self.state, activation, episodes, lr, steps, cfg.gamma, cfg.gae_lambda)
         return Policy(self.meta, state, self.arrays, self.seed)

@@ -218,6 +218,7 @@ def test_maml_adapt_in_numpy_is_the_meta_learners(activation: str, steps: int, s
     from appo.maml.algorithm import Episodes, MamlTrpo
 
     cfg = Cfg(algo="maml_trpo", maml_mlp_layers=[16, 16], maml_nonlinearity=activation, num_inner_steps=steps)
+    cfg.fast_lr = 0.1  # steps of 0.1 each: an adaptation large enough to change a categorical policy's argmax
     model = trained_like(cfg, space)
     policy = as_policy(model, cfg, space, 6)
     policy.meta["cfg"].update(num_inner_steps=steps, fast_lr=cfg.fast_lr, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda)

@@ -282,13 +282,13 @@ def test_ray_backend_is_accepted_with_its_own_checks(tmp_path: object) -> None:
 
 
 def test_defaults_follow_the_references() -> None:
-    from appo.config.algorithms.maml import meta_batch_size
+    from appo.config.algorithms.maml import inner_lr, meta_batch_size
     from appo.config.cfg import parse_cfg
 
     nav = parse_cfg(["--algo=maml_trpo", "--env=navigation2d"])
     cheetah = parse_cfg(["--algo=maml_trpo", "--env=half_cheetah_dir"])
     assert (meta_batch_size(nav), meta_batch_size(cheetah)) == (20, 40)
-    assert (nav.fast_batch_size, nav.fast_lr, nav.gamma, nav.gae_lambda, nav.max_kl) == (20, 0.1, 0.99, 1.0, 0.01)
+    assert (nav.fast_batch_size, inner_lr(nav), nav.gamma, nav.gae_lambda, nav.max_kl) == (20, 0.1, 0.99, 1.0, 0.01)
     assert (nav.task_schedule, nav.use_rnn) == ("none", False)  # the meta-RL preset's schedule and memory are off
 
 
@@ -327,3 +327,21 @@ def test_means_weigh_each_step_not_each_episode_as_documented() -> None:
     per_episode = sum(float(x[e, :length].mean()) for e, length in enumerate(lengths)) / len(lengths)
     assert float(masked_mean(x, mask)) == pytest.approx(per_step)
     assert abs(per_step - per_episode) > 0.05
+
+
+def test_more_inner_steps_as_typed_spread_the_one_step_size() -> None:
+    """--num_inner_steps=N without --fast_lr takes N steps of 0.1 / N (two steps of 0.1 drifted on navigation2d);
+    a typed --fast_lr is taken as it is."""
+    from appo.config.algorithms.maml import inner_lr
+    from appo.config.cfg import parse_cfg
+
+    base = ["--algo=maml_trpo", "--env=navigation2d"]
+    assert inner_lr(parse_cfg(base)) == 0.1
+    assert inner_lr(parse_cfg([*base, "--num_inner_steps=2"])) == 0.05
+    assert inner_lr(parse_cfg([*base, "--num_inner_steps=4", "--fast_lr=0.3"])) == 0.3
+    train = random_episodes(2, 3, 6, 3, 2, seed=5)
+    as_typed = tiny_learner(num_inner_steps=2, fast_lr=0.0).adapted(train.task(0))
+    halved = tiny_learner(num_inner_steps=2, fast_lr=0.05).adapted(train.task(0))
+    doubled = tiny_learner(num_inner_steps=2, fast_lr=0.1).adapted(train.task(0))
+    assert all(torch.equal(as_typed[k], halved[k]) for k in as_typed)
+    assert not all(torch.equal(as_typed[k], doubled[k]) for k in as_typed)
