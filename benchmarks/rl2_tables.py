@@ -3,11 +3,12 @@
     python benchmarks/rl2_tables.py --tasks 500 --seed 0
 
 For every row (bandits: n pulls, k arms; tabular MDPs: n episodes of 10 steps, 10 states, 5 actions) it draws the
-held-out test tasks a run with `--seed` and `--num_test_tasks=--tasks` meta-tests on (envs.tasks.task_split with
-no train tasks: the test stream does not depend on the number of train tasks), computes the baselines of
-envs/meta_baselines.py on them (one trial per task) and prints each beside the paper's figure. UCB1 is Auer
-et al.'s with c = sqrt(2) (untuned); Gittins is Brezzi & Lai's approximation with the discount
-1 - 1 / (pulls left); the MDP rows add two columns the paper lacks: the certainty-equivalent planner (the
+held-out test tasks a run with `--seed` and `--num_test_tasks=--tasks` meta-tests on (envs.tasks.task_split with no
+train tasks: the test stream does not depend on the number of train tasks), computes the baselines of
+envs/meta_baselines.py on them (one trial per task) and prints each beside the paper's figure. UCB1 is Auer et al.'s
+with c = sqrt(2) (untuned), and beside it with c tuned on as many training tasks of the same run
+(meta_baselines.tuned_ucb1_c: never on the tasks it is judged on); Gittins is Brezzi & Lai's approximation with the
+discount 1 - 1 / (pulls left); the MDP rows add two columns the paper lacks: the certainty-equivalent planner (the
 optimal policy of the posterior means, replanned every episode: a model-based agent with a perfect memory of the
 trial) and the oracle told the task: see envs/meta_baselines.py.
 
@@ -64,13 +65,16 @@ BANDITS = ("bandit", "gaussian_bandit")  # Bernoulli arms p ~ U[0, 1] (the paper
 
 def bandit_rows(num_tasks: int, seed: int) -> None:
     print("bandits (Bernoulli, p ~ U[0, 1]): ours / paper")
-    print(f"{'n':>4} {'k':>3} | {'Random':>14} | {'Gittins':>14} | {'TS':>14} | {'UCB1':>14} | paper RL^2")
+    head = f"{'n':>4} {'k':>3} | {'Random':>14} | {'Gittins':>14} | {'TS':>14} | {'UCB1':>14} | UCB1 tuned (c)"
+    print(f"{head} | paper RL^2")
     policies = (mb.bandit_random, mb.bandit_gittins, mb.bandit_thompson, mb.bandit_ucb1)
     for (n, k), paper in PAPER_BANDITS.items():
-        _, tasks = task_split(make_env("bandit", num_arms=k), 0, num_tasks, seed)
+        train, tasks = task_split(make_env("bandit", num_arms=k), num_tasks, num_tasks, seed)
         ours = [policy(tasks, n, seed) for policy in policies]
+        c = mb.tuned_ucb1_c(train, n, seed)
         cells = " | ".join(f"{o:6.1f} / {p:5.1f}" for o, p in zip(ours, paper, strict=False))
-        print(f"{n:>4} {k:>3} | {cells} | {paper[-1]:.1f}", flush=True)
+        tuned = f"{mb.bandit_ucb1(tasks, n, seed, c=c):6.1f} ({c:.2f})"
+        print(f"{n:>4} {k:>3} | {cells} | {tuned:>14} | {paper[-1]:.1f}", flush=True)
 
 
 def mdp_rows(num_tasks: int, seed: int) -> None:
@@ -101,10 +105,12 @@ def parse_row(text: str) -> tuple[str, int, int]:
 def baselines(env: str, n: int, k: int, tasks_n: int, seed: int) -> dict[str, float]:
     """The row's baselines on the test tasks of a run with `seed` and `--num_test_tasks=tasks_n`."""
     if env in BANDITS:
-        _, tasks = task_split(make_env(env, num_arms=k), 0, tasks_n, seed)
+        train, tasks = task_split(make_env(env, num_arms=k), tasks_n, tasks_n, seed)
         named = {"random": mb.bandit_random, "gittins": mb.bandit_gittins, "ts": mb.bandit_thompson}
         gaussian = env == "gaussian_bandit"
-        return {name: f(tasks, n, seed, gaussian) for name, f in (named | {"ucb1": mb.bandit_ucb1}).items()}
+        out = {name: f(tasks, n, seed, gaussian) for name, f in (named | {"ucb1": mb.bandit_ucb1}).items()}
+        c = mb.tuned_ucb1_c(train, n, seed, gaussian)  # on training tasks, judged on the held-out ones
+        return out | {"ucb1_tuned": mb.bandit_ucb1(tasks, n, seed, gaussian, c)}
     _, tasks = task_split(make_env("tabular_mdp"), 0, tasks_n, seed)
     named = {"random": mb.mdp_random, "psrl": mb.mdp_psrl, "planner": mb.mdp_planner, "oracle": mb.mdp_oracle}
     return {name: f(tasks, n, seed=seed) for name, f in named.items()}
