@@ -215,7 +215,7 @@ RL2_TABLE_ENVS = ("bandit", "gaussian_bandit", "tabular_mdp")
 
 # What a preset says about the env's tasks rather than about training: every algorithm run on the env takes these.
 # The rest of every preset here was tuned for PPO (--algo=appo) and is PPO's alone: SAC on Pendulum keeps its own
-# gamma 0.99 (rl-zoo's SAC), not the PPO preset's 0.95; an algorithm's defaults are its own (its spec).
+# gamma 0.99 (rl-zoo's SAC), not the PPO preset's 0.95; an algorithm's defaults are its own (appo/config/algorithms/).
 TASK_KEYS = frozenset(
     {"task_schedule", "episodes_per_trial", "task_visibility", "num_train_tasks", "meta_test_interval"}
 )

@@ -10,7 +10,7 @@ perf/ keys) are configuration: plain values in its entry of appo/config/algorith
 - `state_dict()` / `load_state_dict()`: what it needs in a checkpoint besides the model (optimizer state...).
 - `replay_state()` / `load_replay_state()`: an off-policy algorithm's replay, saved by the core beside the
   checkpoints when the algorithm returns one (SAC's --save_replay), loaded on resume.
-- `replay`: with the spec's `replay_shards` and a backend that keeps the replay elsewhere (--backend=ray,
+- `replay`: with its traits' `replay_shards` and a backend that keeps the replay elsewhere (--backend=ray,
   --num_replay_shards), the core sets it to the client the backend's factory builds; rollout actors fill the shards
   with `replay_rows(trajectories, model)`. SAC.
 - `publish`: set by the core; an algorithm that does many updates per iteration (SAC) calls it to hand the

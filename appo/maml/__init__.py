@@ -9,7 +9,8 @@ algorithms' flags, for parsing).
     hvp_pool.py    `HvpPool`: helper processes computing the tasks' KL Hessian-vector products.
     actors.py      `ActorPool`: the tasks' episodes on the engine's actor workers (or in-process, --serial_mode).
     ray_actors.py  `RayActorPool`: the same on Ray actors (--backend=ray).
-    driver.py      `run`: synchronous meta-iterations, summaries, checkpoints and resume, the meta-test (the spec's
-                   run_loop).
-    enjoy.py       `enjoy_maml`: enjoy.py on a MAML run, before and after one adaptation (the spec's enjoy).
+    driver.py      `run`: synchronous meta-iterations, summaries, checkpoints and resume, the meta-test (the driver
+                   hands it runs whose traits consume meta_batches).
+    enjoy.py       `enjoy_maml`: enjoy.py on a MAML run, before and after one adaptation (appo/tools/evaluate.py
+                   hands it MAML runs).
 """

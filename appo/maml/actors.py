@@ -1,7 +1,7 @@
 """MAML's episodes on the engine's actor workers (--algo=maml_trpo): the driver's side of episodic sampling.
 
 The actor workers are the engine's own (appo/sampling/actor_worker.py: the same processes, EnvRunner, numpy acting
-and supervision; restarted when killed), run episodically (the spec's `episodic`): every split holds --fast_batch_size
+and supervision; restarted when killed), run episodically (its traits' `episodic`): every split holds --fast_batch_size
 envs and runs one task's episodes per rollout of T = the env's time limit. For each task of a phase the pool takes a
 free split, writes its envs' rows of the control channel (appo/protocol/control.py: the task as an index into
 envs.run_tasks, the weight set that acts, and the episode seeds from (seed, stream, iteration, row, episode)) and

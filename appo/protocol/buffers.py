@@ -81,7 +81,7 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
 def actor_fields(
     cfg: Cfg, obs_space: gym.Space | None = None, action_space: gym.Space | None = None
 ) -> dict[str, TensorSpec]:
-    """Per-step fields an algorithm may ask for (its spec's `trajectory_fields`, by name), which actor workers then fill
+    """Per-step fields an algorithm may ask for (its `trajectory_fields` trait, by name), which actor workers fill
     (appo/sampling/env_runner.py): the task each step ran (its index in the train split, -1 for envs without
     tasks), the episode it belongs to (unique in the run: appo/protocol/episode_ids.py packs env, worker
     incarnation and episode count),

@@ -18,7 +18,7 @@ whole old or a whole new value of each cell.
         (envs/reward_conditioning.py CommandObservation keeps it up to date during the episode).
 
     episode_seeds [num_envs_total, 2] int64, one row per env: the seeds of its next episode, (env reset seed, action
-        noise seed); -1: none. Read by episodic runs (the spec's `episodic`: MAML) at each rollout's start: the env
+        noise seed); -1: none. Read by episodic runs (the traits' `episodic`: MAML) at each rollout's start: the env
         resets with the first, and the `action_noise` field of the rollout is drawn from the second, so an episode
         is the same bits whichever worker and env run it. Written by the MAML driver before it releases a split.
 

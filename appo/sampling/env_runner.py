@@ -17,7 +17,7 @@ of an env (`_reset_env`): the control channel's TASK cell where set (appo/protoc
 task assigner (envs.make_task_assigner: the schedule its wrapper would have used, same rng stream). The task
 goes to the wrapper as reset(options={"task": ...}); its index in the train tasks is kept in `env_task`.
 
-Episodic runs (the spec's `episodic`: MAML): every rollout is one episode per env, started by the learner. The split
+Episodic runs (the traits' `episodic`: MAML): every rollout is one episode per env, started by the learner. The split
 starts parked (its groups held); a SlotsReleased starts a rollout, which resets every env from its control-channel
 row (task: an index into `envs.run_tasks`, weight set, episode seeds) and draws the rollout's `action_noise` from
 the noise seed; an env whose episode ends sits out the rest of the rollout (reward 0, no reset), and the group is
