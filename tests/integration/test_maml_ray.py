@@ -71,5 +71,5 @@ def test_ctrl_c_of_a_maml_run_on_ray_leaves_nothing_behind(train_dir: Path) -> N
 
     args = [*NAV, "--backend=ray", "--ray_object_store_mb=100", "--train_for_iterations=100000"]
     interrupt_at([*args, f"--train_dir={train_dir}", "--experiment=sigint"], "iteration 2,")
-    assert (train_dir / "sigint" / "meta_test").is_dir()  # stopped as a run does: final checkpoint and meta-test
+    # Stopped as a run stops at a signal: the checkpoint of the last meta-iteration, no final meta-test (minutes).
     assert list((train_dir / "sigint" / "checkpoint_p0").glob("*.pth"))
