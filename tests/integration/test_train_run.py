@@ -70,7 +70,11 @@ def test_run_leaves_everything_and_resumes(train_dir):
     counts = acc.Scalars("episode/count")
     later = counts[len(first_counts) :]
     assert later and min(e.step for e in later) >= state["env_steps"], [(e.step, e.value) for e in later[:3]]
-    assert later[0].value > first_counts[-1], (first_counts[-3:], [e.value for e in later[:3]])
+    # (Its first report may come before any episode of the new session ends: the count holds there, then grows.)
+    assert later[0].value >= first_counts[-1] and later[-1].value > first_counts[-1], (
+        first_counts[-3:],
+        [e.value for e in later[:3]],
+    )
     assert max(e.value for e in acc.Scalars("perf/fps")) < 20 * max(first_fps)
     # The resumed actors act with the checkpoint's weights from their first step (the run's stores are filled from
     # it before any process starts), not with fresh ones until the learner has published: no trajectory is
