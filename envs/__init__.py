@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from appo.envs.presets import ATARI_PREFIXES
 from appo.utils.seeding import incarnation_seed
 
 if TYPE_CHECKING:
@@ -43,6 +44,15 @@ def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = No
         # Project constructors apply their own TimeLimit (their default episode length) and take the override.
         limit = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
         return PROJECT_ENVS[name](**limit, **kwargs)
+    if name.startswith(ATARI_PREFIXES):
+        from appo.envs.atari import atari_env
+
+        try:
+            env = atari_env(name, max_episode_steps=max_episode_steps, **kwargs)
+        except ValueError as exc:
+            raise UnknownEnvError(str(exc)) from exc
+        if env is not None:
+            return env
     if ":" in name:
         env = _from_class_path(name, kwargs)
     else:

@@ -165,6 +165,36 @@ CLASSIC_PRESETS: dict[str, dict[str, Any]] = {
 
 # Meta-RL defaults of the task families: hidden tasks, trials of two episodes on one task with the GRU
 # state carried across them (RL^2), and a meta-test on the held-out tasks every 50k env steps.
+# Atari (envs/atari.py): CleanRL's ppo_atari settings (synchronous PPO with GAE, 8 envs x 128 steps an iteration
+# in 4 minibatches, 4 epochs, clip 0.1 on the policy and the value, entropy 0.01, 2.5e-4 decaying to 0, Adam eps
+# 1e-5, gradient norm 0.5, rewards clipped to +-1 for learning, no input or return normalisation); the Nature CNN
+# is what --encoder=auto picks for its (4, 84, 84) frames.
+ATARI_PRESET: dict[str, Any] = {
+    "num_envs_per_worker": 4,
+    "worker_num_splits": 2,
+    "rollout": 128,
+    "batch_size": 256,
+    "num_batches_per_epoch": 4,
+    "num_epochs": 4,
+    "async_rl": False,
+    "with_vtrace": False,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "ppo_clip_ratio": 0.1,
+    "ppo_clip_value": 0.1,
+    "value_loss_coeff": 0.5,
+    "exploration_loss_coeff": 0.01,
+    "max_grad_norm": 0.5,
+    "learning_rate": 0.00025,
+    "lr_schedule": "linear_decay",
+    "adam_eps": 1e-5,
+    "reward_clip": 1.0,
+    "normalize_input": False,
+    "normalize_returns": False,
+}
+ATARI_PREFIXES = ("atari_", "ALE/")
+
+
 META_PRESET: dict[str, Any] = {
     "task_schedule": "per_trial",
     "episodes_per_trial": 2,
@@ -241,6 +271,8 @@ def _ppo_preset(env_name: str) -> dict[str, Any]:
         return MUJOCO_PRESET | META_PRESET | (ANT_META_PRESET if env_name.startswith("ant_") else {})
     if env_name == "navigation2d":
         return NAVIGATION2D_PRESET | META_PRESET
+    if env_name.startswith(ATARI_PREFIXES):
+        return dict(ATARI_PRESET)
     if env_name == "lunar_lander_wind":  # the meta settings only (untuned): PPO's defaults otherwise
         return dict(META_PRESET)
     if env_name in RL2_TABLE_ENVS[:2]:

@@ -1,0 +1,149 @@
+"""Atari 2600 games through ale-py (ROMs bundled since ale-py 0.9), with the standard preprocessing of DQN,
+CleanRL's ppo_atari and Sample Factory: up to 30 no-ops at reset, 4 frames per step with the max of the last two,
+84x84 grayscale, FIRE at reset for games that need it, and a stack of the last 4 frames: observations are uint8
+(4, 84, 84), channels first. Actions: the game's minimal action set (Discrete).
+
+Names: `atari_<game>` (e.g. atari_pong, atari_breakout; any of ale-py's ROM ids) plays without sticky actions,
+like the NoFrameskip-v4 ids CleanRL and Sample Factory train on; `ALE/<Game>-v5` ids get the same preprocessing
+over v5's sticky actions (repeat_action_probability 0.25, Machado et al. 2018).
+
+Training envs (actor workers) use episodic life: losing a life ends the episode for learning (terminated, so no
+value is bootstrapped past it) while the game goes on; such an end carries info["episode_continues"] and the
+engine keeps counting the game's score, so the episode returns a run reports are whole games in the raw score
+(rewards are clipped for learning by the preset's --reward_clip, after the score is taken). Evaluation, enjoy.py
+and every other use play whole games. Video: render_mode="rgb_array" renders the 210x160 colour screen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+# The info key of an episode end for learning that the score runs on past (a lost life): see the engine's runner.
+EPISODE_CONTINUES = "episode_continues"
+# Frames per episode at most (27,000 agent steps at 4 frames a step): the cap of the v4/v5 ids and of CleanRL.
+MAX_FRAMES = 108_000
+SCORE_PREFIX = "atari_"
+
+
+def rom_ids() -> list[str]:
+    import ale_py.roms
+
+    return sorted(ale_py.roms.get_all_rom_ids())
+
+
+def game_of(env_name: str) -> tuple[str, float] | None:
+    """(ROM id, sticky-action probability) of an Atari env name, None for any other name. ValueError (one line)
+    for an atari_ name that is no game ale-py knows."""
+    if env_name.startswith(SCORE_PREFIX):
+        game = env_name[len(SCORE_PREFIX) :]
+        sticky = 0.0
+    elif env_name.startswith("ALE/") and env_name.endswith("-v5"):
+        camel = env_name[len("ALE/") : -len("-v5")]
+        game = "".join(("_" + c.lower()) if c.isupper() and i else c.lower() for i, c in enumerate(camel))
+        sticky = 0.25
+    else:
+        return None
+    try:
+        known = rom_ids()
+    except ImportError as exc:
+        raise ValueError(f"--env={env_name}: Atari needs ale-py (pip install 'appo[atari]')") from exc
+    if game not in known:
+        close = [g for g in known if g.startswith(game[:3])][:8] or known[:8]
+        raise ValueError(f"--env={env_name}: no Atari game {game!r}; ale-py has {len(known)}, e.g. {', '.join(close)}")
+    return game, sticky
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the episode (terminated, info[EPISODE_CONTINUES] = True) while the game goes on: the next
+    reset takes one no-op step instead of restarting the game. Game over resets for real."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.lives = 0
+        self.game_over = True
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives and not self.game_over:
+            terminated = True
+            info = {**info, EPISODE_CONTINUES: True}
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:  # the next life: one no-op moves on from the frame where the last one was lost
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        self.game_over = False
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE (then the next action, as the Baselines wrapper does) after every reset, for games that wait
+    for it (Breakout's ball, ...); without it an untrained policy can idle through a whole game."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                self.env.reset(**kwargs)
+        return obs, info
+
+
+def needs_fire(env: gym.Env) -> bool:
+    meanings = env.unwrapped.get_action_meanings()
+    return len(meanings) >= 3 and meanings[1] == "FIRE"
+
+
+def make_atari(
+    game: str,
+    sticky: float = 0.0,
+    episodic_life: bool = False,
+    noop_max: int = 30,
+    frame_skip: int = 4,
+    screen_size: int = 84,
+    stack: int = 4,
+    fire_reset: bool = True,
+    max_episode_steps: int = 0,
+    render_mode: str | None = None,
+) -> gym.Env:
+    """The preprocessed game `game` (a ROM id). `max_episode_steps` > 0 caps an episode in agent steps (the
+    frame cap MAX_FRAMES holds otherwise)."""
+    import ale_py
+
+    max_frames = MAX_FRAMES if max_episode_steps <= 0 else max_episode_steps * frame_skip
+    env: gym.Env = ale_py.AtariEnv(
+        game=game,
+        frameskip=1,
+        repeat_action_probability=sticky,
+        full_action_space=False,
+        max_num_frames_per_episode=max_frames,
+        render_mode=render_mode,
+    )
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size, grayscale_obs=True
+    )
+    if episodic_life:
+        env = EpisodicLife(env)
+    if fire_reset and needs_fire(env):
+        env = FireReset(env)
+    env = gym.wrappers.FrameStackObservation(env, stack)
+    return env
+
+
+def atari_env(env_name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env | None:
+    """`make_atari` for an Atari env name (see `game_of`), None for any other name."""
+    found = game_of(env_name)
+    if found is None:
+        return None
+    game, sticky = found
+    return make_atari(game, sticky=sticky, max_episode_steps=max_episode_steps, **kwargs)
+
