@@ -146,4 +146,3 @@ def atari_env(env_name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.E
         return None
     game, sticky = found
     return make_atari(game, sticky=sticky, max_episode_steps=max_episode_steps, **kwargs)
-
