@@ -4,7 +4,7 @@ fast-batch 20, one inner step, fast_lr 0.1, TRPO max_kl 0.01), then the figures 
     python benchmarks/maml_navigation.py --seeds 0 1 --iterations 60
 
 Prints, per seed: wall time of the run (start-up included), seconds per iteration (sampling / meta-step), the
-mean maml/return_pre and maml/return_post over iterations 40-59 (the last 20 of --iterations), their gain, the
+mean maml/return_pre and maml/return_post over the last --window (20) of --iterations (40-59 of 60), their gain, the
 share of accepted TRPO steps, the curve every 5 iterations and the final meta-test. Exits 1 unless, over the
 seeds, the mean post return >= -20, the mean gain >= +15, >= 90% of steps were accepted and every seed ran in
 under --max_minutes (5)."""
@@ -31,7 +31,7 @@ def series(acc: object, tag: str) -> np.ndarray:
     return np.array([e.value for e in acc.Scalars(tag)])  # type: ignore[attr-defined]
 
 
-def run_seed(train_dir: Path, seed: int, iterations: int, extra: list[str]) -> dict[str, object]:
+def run_seed(train_dir: Path, seed: int, iterations: int, window: int, extra: list[str]) -> dict[str, object]:
     name = f"maml_nav_s{seed}"
     cmd = [sys.executable, str(ROOT / "train_appo.py"), "--algo=maml_trpo", "--env=navigation2d"]
     cmd += [f"--train_dir={train_dir}", f"--experiment={name}", f"--seed={seed}"]
@@ -43,7 +43,7 @@ def run_seed(train_dir: Path, seed: int, iterations: int, extra: list[str]) -> d
     wall = time.monotonic() - began
     acc = load_events(train_dir / name / "summaries" / "0")
     pre, post = series(acc, "maml/return_pre"), series(acc, "maml/return_post")
-    window = slice(max(0, len(post) - 20), len(post))
+    last = slice(max(0, len(post) - window), len(post))
     meta_test = np.load(train_dir / name / "meta_test" / f"iter_{iterations}.npz")["returns"]
     return {
         "seed": seed,
@@ -53,9 +53,9 @@ def run_seed(train_dir: Path, seed: int, iterations: int, extra: list[str]) -> d
         "sampling_seconds": round(float(series(acc, "perf/sampling_seconds").mean()), 2),
         "meta_step_seconds": round(float(series(acc, "perf/meta_step_seconds").mean()), 2),
         "driver_cpu_seconds": round(float(series(acc, "perf/driver_cpu_seconds").mean()), 2),
-        "pre_last20": round(float(pre[window].mean()), 2),
-        "post_last20": round(float(post[window].mean()), 2),
-        "gain_last20": round(float((post - pre)[window].mean()), 2),
+        "pre_window": round(float(pre[last].mean()), 2),
+        "post_window": round(float(post[last].mean()), 2),
+        "gain_window": round(float((post - pre)[last].mean()), 2),
         "accepted": round(float(series(acc, "maml/step_accepted").mean()), 3),
         "pre_by_5": [round(float(pre[i : i + 5].mean()), 1) for i in range(0, len(pre), 5)],
         "post_by_5": [round(float(post[i : i + 5].mean()), 1) for i in range(0, len(post), 5)],
@@ -67,14 +67,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--iterations", type=int, default=60)
+    parser.add_argument("--window", type=int, default=20, help="the last WINDOW iterations are averaged")
     parser.add_argument("--max_minutes", type=float, default=5.0)
     parser.add_argument("--train_dir", default="/tmp/maml_navigation_benchmark")
     args, extra = parser.parse_known_args()
-    results = [run_seed(Path(args.train_dir), s, args.iterations, extra) for s in args.seeds]
+    results = [run_seed(Path(args.train_dir), s, args.iterations, args.window, extra) for s in args.seeds]
     for r in results:
         print(json.dumps(r))
-    post = float(np.mean([r["post_last20"] for r in results]))
-    gain = float(np.mean([r["gain_last20"] for r in results]))
+    post = float(np.mean([r["post_window"] for r in results]))
+    gain = float(np.mean([r["gain_window"] for r in results]))
     accepted = float(np.mean([r["accepted"] for r in results]))
     slowest = max(float(r["wall_seconds"]) for r in results) / 60
     print(f"over seeds: post {post:.2f} (>= -20), gain {gain:+.2f} (>= +15), accepted {accepted:.0%} (>= 90%), ")
