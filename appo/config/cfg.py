@@ -118,9 +118,18 @@ class LearningCfg:
     )
 
 
+# The values of --encoder (appo/models/encoders.py builds them; the convnets' architectures: appo/numpy_policy/conv.py).
+ENCODERS = ("auto", "mlp", "nature", "simple", "impala")
+
+
 @dataclass
 class ModelCfg:
     encoder_mlp_layers: list[int] = _f([64, 64], "hidden sizes of the MLP encoder")
+    encoder: str = _f(
+        "auto",
+        "auto (images: nature, else mlp), mlp, nature, simple or impala (convnets for 3-D Box images; "
+        "appo/models/encoders.py)",
+    )
     nonlinearity: str = _f("tanh", "tanh, relu or elu")
     use_rnn: bool = _f(False, "recurrent core after the encoder")
     rnn_type: str = _f("gru", "gru or lstm")

@@ -7,7 +7,7 @@ import re
 import sys
 
 from appo.config.algorithms import ALGORITHMS, algorithm_config
-from appo.config.cfg import Cfg
+from appo.config.cfg import ENCODERS, Cfg
 from appo.config.derive import Derived, derive, learner_devices
 from appo.config.pbt import verify_pbt
 from appo.config.trunk import value_trunk_errors
@@ -46,7 +46,7 @@ def verify(cfg: Cfg) -> list[str]:
         )
     if cfg.batch_size % cfg.rollout:
         errors.append(f"--batch_size={cfg.batch_size}: must be a multiple of --rollout={cfg.rollout}")
-    choices = {"nonlinearity": ("tanh", "relu", "elu"), "rnn_type": ("gru", "lstm")}
+    choices = {"nonlinearity": ("tanh", "relu", "elu"), "rnn_type": ("gru", "lstm"), "encoder": ENCODERS}
     choices |= {"lr_schedule": LR_SCHEDULES, "log_level": ("debug", "info", "warning", "error")}
     choices |= {"task_schedule": ("none", "per_episode", "per_trial", "fixed", "curriculum")}
     choices |= {"task_visibility": ("hidden", "visible"), "save_best_metric": ("train", "eval")}

@@ -1,5 +1,8 @@
-"""The actor-critic: observation normaliser -> MLP encoder -> optional GRU/LSTM core -> policy and value
-heads (optionally the value head reads its own MLP trunk, `--separate_value_trunk`). Policy workers call
+"""The actor-critic: observation normaliser -> encoder -> optional GRU/LSTM core -> policy and value heads
+(optionally the value head reads its own trunk, `--separate_value_trunk`). The encoder is chosen by the observation
+space and `--encoder` (appo/models/encoders.py): an MLP for vectors, a convnet for images (then no normaliser: the
+encoder scales uint8 pixels itself; with the separate trunk the value head gets its own convnet of the same kind),
+a multi-input encoder for Dict spaces, which `act` and `forward` then take as dicts of tensors. Policy workers call
 `act` on one step of many envs; the learner calls the module itself (`forward`) on whole
 trajectories, so DDP's hooks and `torch.func.functional_call` see the whole computation. The return
 normaliser lives here too, so weights, normalisers and all travel together (to policy workers through
@@ -19,20 +22,12 @@ from torch import Tensor, nn
 from appo.config.cfg import Cfg
 from appo.config.trunk import value_trunk_errors
 from appo.models.distributions import Categorical, DiagGaussian
+from appo.models.encoders import build_mlp, encoder_kind, make_encoder
 from appo.models.normalize import RunningMeanStd
 from appo.models.registry import register_model
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
-
-
-def build_mlp(in_size: int, layers: list[int], nonlinearity: str) -> tuple[nn.Sequential, int]:
-    """Linear + activation per hidden size; returns the MLP and its output width (`in_size` when empty)."""
-    modules: list[nn.Module] = []
-    size = in_size
-    for hidden in layers:
-        modules += [nn.Linear(size, hidden), _ACTIVATIONS[nonlinearity]()]
-        size = hidden
-    return nn.Sequential(*modules), size
+__all__ = ["ActOutput", "ActorCritic", "EvalOutput", "build_mlp"]  # build_mlp: its old home, for other models
+Obs = Tensor | dict[str, Tensor]  # a Dict observation space's observations come as a dict of tensors
 
 
 class ActOutput(NamedTuple):
@@ -58,11 +53,18 @@ class ActorCritic(nn.Module):
         self.is_discrete = isinstance(action_space, gym.spaces.Discrete)
         self.use_rnn = cfg.use_rnn
         self.rnn_type = cfg.rnn_type
-        obs_dim = int(np.prod(obs_space.shape))
-        self.obs_normalizer = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_input else None
+        # "mlp", an image encoder's name or "dict" (appo/models/encoders.py); only the MLP reads normalised input.
+        self.encoder_kind = encoder_kind(cfg, obs_space)
+        flat = self.encoder_kind == "mlp"
+        if cfg.separate_value_trunk and cfg.value_mlp_layers and not flat:
+            raise ValueError(
+                "--value_mlp_layers: sizes an MLP value trunk; with image or Dict observations the separate value "
+                "trunk is an encoder like the policy's"
+            )
+        self.obs_normalizer = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_input and flat else None
         self.returns_normalizer = RunningMeanStd(()) if cfg.normalize_returns else None
 
-        self.encoder, size = build_mlp(obs_dim, cfg.encoder_mlp_layers, cfg.nonlinearity)
+        self.encoder, size = make_encoder(cfg, obs_space)
         self.core: nn.Module | None = None
         if cfg.use_rnn:
             cell = nn.GRUCell if cfg.rnn_type == "gru" else nn.LSTMCell
@@ -84,25 +86,33 @@ class ActorCritic(nn.Module):
         # With the separate trunk the value head reads that trunk's features (no core: see the check above), as wide
         # as the policy's unless --value_mlp_layers sizes it.
         value_layers = (cfg.value_mlp_layers or cfg.encoder_mlp_layers) if cfg.separate_value_trunk else []
-        self.value_head = nn.Linear(value_layers[-1] if value_layers else size, 1)
+        value_size = size
+        if cfg.separate_value_trunk:  # its own encoder: as wide as the policy's unless --value_mlp_layers says
+            value_size = (value_layers[-1] if value_layers else size) if flat else self.encoder.out_size
+        self.value_head = nn.Linear(value_size, 1)
         # Small initial policy outputs keep the first actions near the centre of the action range.
         nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
         nn.init.zeros_(self.policy_head.bias)
         # Built last and only when asked for, so that without it the parameters, their names and the draws
         # from the seeded generator are exactly those of models (and checkpoints) from before the option.
-        self.value_encoder: nn.Sequential | None = None
+        self.value_encoder: nn.Module | None = None
         if cfg.separate_value_trunk:
-            self.value_encoder = build_mlp(obs_dim, value_layers, cfg.nonlinearity)[0]
+            self.value_encoder = make_encoder(cfg, obs_space, value_layers)[0]
 
     # --- pieces -----------------------------------------------------------------------------------
     def normalize_obs(self, obs: Tensor) -> Tensor:
         obs = obs.float()
         return self.obs_normalizer.normalize(obs) if self.obs_normalizer is not None else obs
 
-    def _value_features(self, norm_obs: Tensor, features: Tensor) -> Tensor:
-        """What the value head reads: the separate trunk's features of the normalised, flattened observations
-        `norm_obs` [..., obs_dim], or else the policy's `features` [..., F] themselves."""
-        return features if self.value_encoder is None else self.value_encoder(norm_obs)
+    def encoder_input(self, obs: Obs, lead: int) -> Obs:
+        """What the encoders read of obs [*lead dims, *obs_shape]: the MLP the normalised observations flattened after
+        the `lead` dims; image and Dict encoders the observations as they come (they cast and scale themselves)."""
+        return self.normalize_obs(obs).flatten(lead) if self.encoder_kind == "mlp" else obs
+
+    def _value_features(self, inputs: Obs, features: Tensor) -> Tensor:
+        """What the value head reads: the separate trunk's features of the encoder input `inputs` (`encoder_input`),
+        or else the policy's `features` [..., F] themselves."""
+        return features if self.value_encoder is None else self.value_encoder(inputs)
 
     def distribution(self, features: Tensor) -> DiagGaussian | Categorical:
         params = self.policy_head(features)
@@ -121,9 +131,9 @@ class ActorCritic(nn.Module):
 
     # --- what the policy worker calls -------------------------------------------------------------
     @torch.no_grad()
-    def act(self, obs: Tensor, rnn_states: Tensor, deterministic: bool = False) -> ActOutput:
+    def act(self, obs: Obs, rnn_states: Tensor, deterministic: bool = False) -> ActOutput:
         """One step for B envs: obs [B, *obs_shape], rnn_states [B, H]."""
-        norm_obs = self.normalize_obs(obs).flatten(1)
+        norm_obs = self.encoder_input(obs, 1)
         x = self.encoder(norm_obs)
         if self.core is not None:
             x, rnn_states = self.core_step(x, rnn_states)
@@ -136,11 +146,11 @@ class ActorCritic(nn.Module):
         return ActOutput(actions, log_probs, values, rnn_states)
 
     # --- what the learner calls -------------------------------------------------------------------
-    def features(self, obs: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
+    def features(self, obs: Obs, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
         """Features of every step of N trajectories: obs [N, T, ...]; rnn_states [N, T, H] (only the
         states at chunk starts, every `recurrence` steps, are used); dones [N, T] reset the state after
         an episode ends. Returns [N, T, F]: the policy's features (see `values` for the value head's)."""
-        return self._core_features(self.encoder(self.normalize_obs(obs).flatten(2)), rnn_states, dones, recurrence)
+        return self._core_features(self.encoder(self.encoder_input(obs, 2)), rnn_states, dones, recurrence)
 
     def _core_features(self, x: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
         """The core run over encoder outputs x [N, T, F] as described in `features` (x itself without a core)."""
@@ -176,15 +186,15 @@ class ActorCritic(nn.Module):
         out, h = torch.gru(x, rnn_states.unsqueeze(0).contiguous(), weights, True, 1, 0.0, self.training, False, True)
         return out, h[0]
 
-    def forward(self, obs: Tensor, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
+    def forward(self, obs: Obs, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
         """Log-probs, entropies and values of T steps of N trajectories under the current weights.
 
         obs [N, T, *obs_shape]; actions [N, T, A] float (Box) or [N, T, 1] int64 (Discrete); rnn_states
         [N, T, H] and dones [N, T] as in `features`. Returns EvalOutput with [N, T] log-probs, entropies and
         normalised values, and the distribution over the N * T steps. Being `forward`, it runs through
         `self(...)`, so DDP's gradient hooks and `torch.func.functional_call` cover it."""
-        N, T = obs.shape[:2]
-        norm_obs = self.normalize_obs(obs).flatten(2)
+        N, T = dones.shape
+        norm_obs = self.encoder_input(obs, 2)
         x = self._core_features(self.encoder(norm_obs), rnn_states, dones, recurrence)
         values = self.value_head(self._value_features(norm_obs, x)).reshape(N, T)
         x = x.reshape(N * T, -1)
@@ -196,11 +206,11 @@ class ActorCritic(nn.Module):
         entropy = dist.entropy().reshape(N, T)
         return EvalOutput(log_probs, entropy, values, dist)
 
-    def values(self, obs: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
+    def values(self, obs: Obs, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
         """Normalised values [N, T] of every step of N trajectories, no actions needed; arguments as in
         `features`. Callers use this rather than the value head, which may not read the policy's features."""
-        N, T = obs.shape[:2]
-        norm_obs = self.normalize_obs(obs).flatten(2)
+        N, T = dones.shape
+        norm_obs = self.encoder_input(obs, 2)
         if self.value_encoder is not None:
             # The separate trunk reads observations only: no need to run the policy's encoder and core.
             return self.value_head(self.value_encoder(norm_obs)).reshape(N, T)
@@ -208,6 +218,6 @@ class ActorCritic(nn.Module):
         return self.value_head(x).reshape(N, T)
 
     @torch.no_grad()
-    def value_of(self, obs: Tensor, rnn_states: Tensor) -> Tensor:
+    def value_of(self, obs: Obs, rnn_states: Tensor) -> Tensor:
         """Values [B] of single observations obs [B, ...] with states [B, H] (the bootstrap step)."""
         return self.act(obs, rnn_states, deterministic=True).values

@@ -24,8 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from appo.config.cfg import Cfg
-from appo.models.actor_critic import ActOutput, build_mlp
+from appo.models.actor_critic import ActOutput
 from appo.models.distributions import Categorical, DiagGaussian
+from appo.models.encoders import build_mlp
 from appo.models.registry import register_model
 
 

@@ -31,6 +31,7 @@ from torch import nn
 from appo.models.actor_critic import ActorCritic
 from appo.models.categorical_mlp import MamlCategoricalPolicy
 from appo.models.command_policy import CommandPolicy
+from appo.models.encoders import ConvStackEncoder, ImageEncoder, ImpalaEncoder
 from appo.models.gaussian_mlp import MamlPolicy
 from appo.models.squashed_gaussian import SquashedGaussianActor
 from appo.numpy_policy.actor_critic import ActorCriticPass
@@ -86,6 +87,12 @@ def _actor_critic_unsupported(model: torch.nn.Module) -> str | None:
         if (kind == "lstm") != (model.rnn_type == "lstm"):
             # core_step splits the state into (h, c) by rnn_type, not by the cell's class.
             return f"the core is {type(core).__qualname__} but rnn_type is {model.rnn_type!r}"
+    if isinstance(model.encoder, ImageEncoder) or model.encoder_kind != "mlp":
+        # Exactly the convnets appo/numpy_policy/conv.py computes (the Dict encoder has no numpy pass).
+        for name, encoder in (("the encoder", model.encoder), ("the value trunk", model.value_encoder)):
+            if encoder is not None and type(encoder) not in (ConvStackEncoder, ImpalaEncoder):
+                return f"{name} is {type(encoder).__qualname__}, not a convnet of appo/models/encoders.py"
+        return None
     return mlp_unsupported(model.encoder, "the encoder") or (
         mlp_unsupported(model.value_encoder, "the value trunk") if model.value_encoder is not None else None
     )
@@ -94,14 +101,18 @@ def _actor_critic_unsupported(model: torch.nn.Module) -> str | None:
 def describe_actor_critic(model: ActorCritic) -> dict[str, Any]:
     """What the numpy pass needs of `model` besides its state (appo/numpy_policy/actor_critic.py)."""
     norm = model.obs_normalizer
-    return {
+    image = isinstance(model.encoder, ImageEncoder)
+    description = {
         "kind": ActorCriticPass.kind,
-        # (An empty encoder has no activation: the name is then unused.)
-        "activation": activation_name(model.encoder[1]) if len(model.encoder) else "tanh",
+        # (An empty encoder, or a convnet, has no MLP activation: the name is then unused.)
+        "activation": activation_name(model.encoder[1]) if not image and len(model.encoder) else "tanh",
         "core": _CORES[type(model.core)] if model.core is not None else None,
         "obs_clip": norm.clip if norm is not None else None,
         "obs_epsilon": norm.epsilon if norm is not None else None,
     }
+    if image:  # only then: a vector model's description (and its exported files) stay as they were
+        description["encoder"] = model.encoder.spec()
+    return description
 
 
 class NumpyActorCritic(ActorCriticPass):
@@ -120,7 +131,7 @@ class NumpyActorCritic(ActorCriticPass):
     def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
         """Whether the policy worker on `device` should act with this numpy pass for `model`: exactly an
         `ActorCritic` (not a subclass), with exactly a GRUCell or LSTMCell core or none, with MLPs of known
-        activations, on the CPU."""
+        activations or the convnets of appo/models/encoders.py (not the Dict encoder), on the CPU."""
         return torch.device(device).type == "cpu" and _actor_critic_unsupported(model) is None
 
     @staticmethod

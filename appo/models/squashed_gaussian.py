@@ -20,8 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from appo.config.cfg import Cfg
-from appo.models.actor_critic import ActOutput, build_mlp
+from appo.models.actor_critic import ActOutput
 from appo.models.distributions import gaussian_log_prob
+from appo.models.encoders import build_mlp, require_mlp
 from appo.models.registry import register_model
 from appo.numpy_policy.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, TANH_EPS
 
@@ -65,6 +66,7 @@ class SquashedGaussianActor(nn.Module):
 
     def __init__(self, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> None:
         super().__init__()
+        require_mlp(cfg, obs_space)
         low, high = _action_box(action_space)
         self.spaces = (obs_space, action_space)  # for the learner's critics (appo/algorithms/sac/algorithm.py)
         self.trunk, size = build_mlp(int(np.prod(obs_space.shape)), cfg.actor_mlp_layers, "relu")
@@ -116,6 +118,7 @@ class TwinQ(nn.Module):
 
     def __init__(self, cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> None:
         super().__init__()
+        require_mlp(cfg, obs_space)
         sizes = [int(np.prod(obs_space.shape)) + len(_action_box(action_space)[0]), *cfg.critic_mlp_layers, 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()

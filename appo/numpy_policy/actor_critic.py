@@ -6,8 +6,9 @@ with `--separate_value_trunk`). The caller keeps the recurrent state and resets 
 torch path. `NumpyPolicyStack` acts for a population in one pass.
 
 Description: {"kind": "actor_critic", "activation": "tanh" | "relu" | "elu", "core": None | "gru" | "lstm",
-"obs_clip": float | None, "obs_epsilon": float}; everything else (layer sizes, the value trunk, the normaliser,
-discrete or continuous actions) is read from the state's names and shapes.
+"obs_clip": float | None, "obs_epsilon": float}, and for an image model "encoder": the convnet's spec
+(appo/numpy_policy/conv.py; without it the encoder is the MLP); everything else (layer sizes, the value trunk, the
+normaliser, discrete or continuous actions) is read from the state's names and shapes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from appo.numpy_policy.conv import ImageEncoderPass
 from appo.numpy_policy.ops import (
     Layer,
     NumpyActOutput,
@@ -84,13 +86,18 @@ class ActorCriticPass(NumpyPass):
             self.obs_clip = d["obs_clip"]
         else:
             self.obs_mean = self.obs_std = self.obs_clip = None
-        self.layers = mlp(state, "encoder", d["activation"])
+        # An image model's convnets (the value trunk's too, when it has its own): its features come from them.
+        spec = d.get("encoder")
+        self.image = ImageEncoderPass(state, "encoder", spec) if spec else None
+        separate = any(k.startswith("value_encoder.") for k in state)
+        self.value_image = ImageEncoderPass(state, "value_encoder", spec) if spec and separate else None
+        self.layers = mlp(state, "encoder", d["activation"]) if self.image is None else []
         # None without a core; else "gru" or "lstm" and the cell's weights (see core_weights).
         self.core_kind = d["core"]
         self.core = core_weights(state, self.core_kind) if self.core_kind is not None else None
         # Empty for the shared trunk: the value head then reads the policy's features.
-        self.value_layers = mlp(state, "value_encoder", d["activation"])
-        self.separate_value_trunk = bool(self.value_layers)
+        self.value_layers = mlp(state, "value_encoder", d["activation"]) if self.image is None else []
+        self.separate_value_trunk = bool(self.value_layers) or self.value_image is not None
         self.policy_w, self.policy_b = f32(state["policy_head.weight"]).T.copy(), f32(state["policy_head.bias"])
         self.value_w, self.value_b = f32(state["value_head.weight"])[0].copy(), float(state["value_head.bias"][0])
         self.is_discrete = "log_std" not in state
@@ -103,18 +110,25 @@ class ActorCriticPass(NumpyPass):
         """`ActorCritic.act` for B envs: obs [B, *obs_shape], rnn_states [B, S] (the states before this step;
         required with a core, ignored and passed through without one). `deterministic` takes the mode (the mean,
         or the most likely action) instead of a sample. See NumpyActOutput for what comes back."""
-        x = obs.reshape(len(obs), -1).astype(np.float32, copy=False)
-        if self.obs_mean is not None:
-            x = (x - self.obs_mean.reshape(-1)) / self.obs_std.reshape(-1)
-            if self.obs_clip is not None:
-                x = np.clip(x, -self.obs_clip, self.obs_clip)
-        h = run_layers(self.layers, x)
+        if self.image is not None:
+            h = self.image(obs)
+        else:
+            x = obs.reshape(len(obs), -1).astype(np.float32, copy=False)
+            if self.obs_mean is not None:
+                x = (x - self.obs_mean.reshape(-1)) / self.obs_std.reshape(-1)
+                if self.obs_clip is not None:
+                    x = np.clip(x, -self.obs_clip, self.obs_clip)
+            h = run_layers(self.layers, x)
+        value_features = h
+        if self.separate_value_trunk:  # (never with a core)
+            value_features = self.value_image(obs) if self.value_image is not None else run_layers(self.value_layers, x)
         if self.core is not None:
             if rnn_states is None:
                 raise ValueError("ActorCriticPass.act: a recurrent model needs rnn_states")
             h, rnn_states = core_step(self.core_kind, h, rnn_states.astype(np.float32, copy=False), *self.core)
+            value_features = h
         params = h @ self.policy_w + self.policy_b
-        values = (run_layers(self.value_layers, x) if self.separate_value_trunk else h) @ self.value_w + self.value_b
+        values = value_features @ self.value_w + self.value_b
         if self.is_discrete:
             return NumpyActOutput(*sample(self.rng, params, values, None, 0.0, deterministic), rnn_states)
         return NumpyActOutput(
@@ -153,6 +167,7 @@ class NumpyPolicyStack:
             self.obs_mean = np.stack([m.obs_mean.reshape(-1) for m in ms])
             self.obs_std = np.stack([m.obs_std.reshape(-1) for m in ms])
             self.obs_clip = first.obs_clip
+        self.images = first.image is not None  # convnets: each member's own pass (`_member_features`)
         self.layers = _stack_layers([m.layers for m in ms])
         self.core_kind = first.core_kind
         if self.core_kind is not None:
@@ -193,15 +208,19 @@ class NumpyPolicyStack:
         rank = np.empty(n, dtype=np.int64)
         rank[order] = np.arange(n) - (np.cumsum(counts) - counts)[owner[order]]
         pos = owner * rows + rank
-        x = obs.reshape(n, -1).astype(np.float32, copy=False)
-        if self.normalized:
-            x = (x - self.obs_mean[owner]) / self.obs_std[owner]
-            if self.obs_clip is not None:
-                x = np.clip(x, -self.obs_clip, self.obs_clip)
-        padded = np.zeros((k * rows, x.shape[1]), dtype=np.float32)
-        padded[pos] = x
-        padded = padded.reshape(k, rows, -1)
-        h = run_layers(self.layers, padded)
+        if self.images:
+            # Each member's convnets on its own envs (a convnet's cost is in its many rows, not in the calls).
+            h = self._member_features(obs, owner, pos, k * rows, "image").reshape(k, rows, -1)
+        else:
+            x = obs.reshape(n, -1).astype(np.float32, copy=False)
+            if self.normalized:
+                x = (x - self.obs_mean[owner]) / self.obs_std[owner]
+                if self.obs_clip is not None:
+                    x = np.clip(x, -self.obs_clip, self.obs_clip)
+            padded = np.zeros((k * rows, x.shape[1]), dtype=np.float32)
+            padded[pos] = x
+            padded = padded.reshape(k, rows, -1)
+            h = run_layers(self.layers, padded)
         if self.core_kind is not None:
             if rnn_states is None:
                 raise ValueError("NumpyPolicyStack.act: a recurrent model needs rnn_states")
@@ -213,13 +232,29 @@ class NumpyPolicyStack:
         out = (np.matmul(h, self.head_w) + self.head_b).reshape(k * rows, -1)[pos]
         if self.separate_value_trunk:
             params = out
-            values = (np.matmul(run_layers(self.value_layers, padded), self.value_w) + self.value_b).reshape(-1)[pos]
+            if self.images:
+                trunk = self._member_features(obs, owner, pos, k * rows, "value_image").reshape(k, rows, -1)
+            else:
+                trunk = run_layers(self.value_layers, padded)
+            values = (np.matmul(trunk, self.value_w) + self.value_b).reshape(-1)[pos]
         else:
             params, values = out[:, :-1], out[:, -1]
         if self.is_discrete:
             return NumpyActOutput(*sample(self.rng, params, values, None, 0.0, deterministic), rnn_states)
         sampled = sample(self.rng, params, values, self.std[owner], self.log_prob_const[owner], deterministic)
         return NumpyActOutput(*sampled, rnn_states)
+
+    def _member_features(self, obs: np.ndarray, owner: np.ndarray, pos: np.ndarray, size: int, name: str) -> np.ndarray:
+        """The features [size, F] of each env's observation through its member's convnet `name` ("image" or
+        "value_image"), at the env's row `pos` of the [policy, row] layout; zeros in the padding rows."""
+        out: np.ndarray | None = None
+        for member in np.unique(owner):
+            rows = owner == member
+            features = getattr(self.members[int(member)], name)(obs[rows])
+            if out is None:
+                out = np.zeros((size, features.shape[1]), dtype=np.float32)
+            out[pos[rows]] = features
+        return out
 
 
 def _architecture(m: ActorCriticPass) -> tuple[Any, ...]:
@@ -232,6 +267,7 @@ def _architecture(m: ActorCriticPass) -> tuple[Any, ...]:
         m.obs_mean is not None,
         m.obs_clip,
         None if m.obs_mean is None else m.obs_mean.size,
+        m.description.get("encoder"),
         shapes(m.layers),
         m.core_kind,
         None if m.core is None else [w.shape for w in m.core],
