@@ -209,7 +209,8 @@ class ActorPool:
         lengths = np.where(ended.any(1), ended.argmax(1) + 1, T)
         taken = np.arange(T) < lengths[:, None]
         out, buf = self.out, self.np_buf
-        out.obs[buffer][row] = torch.from_numpy(np.where(taken[..., None], buf["obs"][slots, :T], np.float32(0.0)))
+        obs = buf["obs"][slots, :T]  # in its own dtype (uint8 stays uint8), as the episode buffers keep it
+        out.obs[buffer][row] = torch.from_numpy(np.where(taken[..., None], obs, np.zeros((), obs.dtype)))
         out.actions[buffer][row] = torch.from_numpy(np.where(taken[..., None], buf["actions"][slots], np.float32(0.0)))
         out.rewards[buffer][row] = torch.from_numpy(np.where(taken, buf["rewards"][slots], np.float32(0.0)))
         out.lengths[buffer][row] = torch.from_numpy(lengths)

@@ -38,6 +38,7 @@ from appo.maml.actors import ActorPool
 from appo.maml.algorithm import Episodes, MamlTrpo, make_policy, params_of
 from appo.maml.buffers import allocate_buffers, episode_horizon
 from appo.maml.hvp_pool import HvpPool
+from appo.protocol.buffers import obs_dtype
 from appo.protocol.processes import child_pids, kill_children, limit_threads
 from appo.utils.logging import log
 from appo.utils.paths import checkpoint_dir, summaries_dir
@@ -75,7 +76,9 @@ class MamlRun:
         self.rows = max(self.meta_batch, len(self.test_tasks))
         obs_dim, act_dim = int(np.prod(self.obs_space.shape)), int(np.prod(self.action_space.shape))
         num_params = sum(p.numel() for p in self.model.parameters())
-        self.buffers = allocate_buffers(self.rows, cfg.fast_batch_size, self.horizon, obs_dim, act_dim, num_params)
+        self.buffers = allocate_buffers(
+            self.rows, cfg.fast_batch_size, self.horizon, obs_dim, act_dim, num_params, obs_dtype(self.obs_space)
+        )
         self.pool: ActorPool | None = None
         self.hvps: HvpPool | None = None
         self.iteration = 0

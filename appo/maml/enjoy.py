@@ -19,6 +19,7 @@ from appo.maml.algorithm import MamlTrpo, flatten, make_policy, params_of
 from appo.maml.buffers import allocate_buffers, episode_horizon
 from appo.maml.driver import META_TEST_STREAM, episode_returns
 from appo.models.numpy_twins import make_numpy_policy
+from appo.protocol.buffers import obs_dtype
 from appo.sampling.evaluator import run_episode
 
 
@@ -51,7 +52,8 @@ def enjoy_maml(cfg: Any, state: dict[str, Any], render_mode: str | None, video: 
     spaces, horizon = (env.observation_space, env.action_space), episode_horizon(env)
     obs_dim, act_dim = int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
     num_params = flatten(params_of(model)).numel()
-    buffers = allocate_buffers(1, cfg.fast_batch_size, horizon, obs_dim, act_dim, num_params)
+    obs_type = obs_dtype(env.observation_space)
+    buffers = allocate_buffers(1, cfg.fast_batch_size, horizon, obs_dim, act_dim, num_params, obs_type)
     one = dataclasses.replace(cfg, serial_mode=True, num_workers=1, worker_num_splits=1)
     pool = ActorPool(one, spaces, horizon, buffers, 1, len(train_tasks) + len(test_tasks))
     pool.start()

@@ -1,5 +1,10 @@
 """The shared trajectory tensors: declared once in a spec table, allocated once by the driver in shared
-memory, poison-filled so that a read of a never-written cell shows up as -42.42 instead of a plausible 0.
+memory, poison-filled so that a read of a never-written cell shows up as -42.42 instead of a plausible 0 (integer
+cells: -1; unsigned ones, uint8 frames included, all bits set: 255, a white frame).
+
+Observations travel in the dtype `obs_dtype` gives their space (uint8 frames stay uint8, a quarter of float32's
+memory; the model casts and scales them itself), from the env through these tensors, the learner's batches, SAC's
+replay and evaluations, so that no path upcasts them on the way.
 
 Layout: every tensor has a leading slot dimension. One slot holds one env's trajectory of `rollout`
 steps (T), plus the observation and rnn state after the last step (T + 1), so the learner bootstraps
@@ -34,6 +39,54 @@ __all__ = ["numpy_views"]  # (re-exported: shared arrays as numpy, appo/protocol
 POISON = -42.42
 
 
+def obs_dtype(space: gym.Space) -> np.dtype:
+    """The numpy dtype observations of `space` are stored and passed in: uint8 and the signed integer types keep
+    theirs (uint8: pixels), uint16 becomes int32 and wider unsigned types int64 (values past 2**63 wrap);
+    everything else is float32: float64 and float16 alike, and bool as 0.0 / 1.0 (not uint8, which the models read
+    as pixels and scale by 1/255)."""
+    dtype = np.dtype(getattr(space, "dtype", None) or np.float32)
+    if dtype == np.uint8 or dtype in (np.int8, np.int16, np.int32, np.int64):
+        return dtype
+    if dtype.kind == "u":
+        return np.dtype(np.int32 if dtype == np.uint16 else np.int64)
+    return np.dtype(np.float32)
+
+
+def poison_value(dtype: Any) -> float | int:
+    """What a never-written cell of `dtype` (numpy or torch) holds: POISON for floats, -1 for signed integers, the
+    largest value for unsigned ones (all bits set, -1's pattern: a uint8 frame of 255s)."""
+    dtype = numpy_dtype_of(dtype)
+    if dtype.kind == "f":
+        return POISON
+    return int(np.iinfo(dtype).max) if dtype.kind in "ub" else -1
+
+
+def missing_obs_value(dtype: Any) -> float | int:
+    """What `final_obs` holds at a step that never happened (its env raised; `step_failed` marks it): NaN for float
+    observations, the poison value for integer ones, which have no NaN."""
+    return float("nan") if numpy_dtype_of(dtype).kind == "f" else poison_value(dtype)
+
+
+def numpy_dtype_of(dtype: Any) -> np.dtype:
+    """A numpy dtype from a numpy or a torch dtype (torch-free for numpy ones: actor workers run without torch)."""
+    if isinstance(dtype, (np.dtype, type, str)):
+        return np.dtype(dtype)
+    import torch
+
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+def array_dtype(array: Any) -> np.dtype:
+    """The numpy dtype of a shared array: a numpy array or a torch tensor alike (through __array__, no torch)."""
+    return np.asarray(array[:0]).dtype
+
+
+def torch_dtype(dtype: np.dtype) -> torch.dtype:
+    import torch
+
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
 class TensorSpec(NamedTuple):
     shape: tuple[int, ...]  # per slot, after the leading slot dimension
     dtype: Any  # a torch.dtype
@@ -56,7 +109,7 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
     else:
         action = TensorSpec((T, int(np.prod(action_space.shape))), torch.float32)
     engine = {
-        "obs": TensorSpec((T + 1, *obs_space.shape), torch.float32),
+        "obs": TensorSpec((T + 1, *obs_space.shape), torch_dtype(obs_dtype(obs_space))),
         "actions": action,
         "log_probs": TensorSpec((T,), torch.float32),  # of the behaviour policy
         "values": TensorSpec((T,), torch.float32),  # behaviour values, normalised units
@@ -66,7 +119,9 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
         "policy_versions": TensorSpec((T,), torch.int64),  # weights version that chose each action
         "rnn_states": TensorSpec((T + 1, rnn_state_size(cfg)), torch.float32),  # state before each step
     }
-    extra = cfg.traits.trajectory_fields
+    extra = tuple(cfg.traits.trajectory_fields)
+    if "final_obs" in extra and "step_failed" not in extra:
+        extra += ("step_failed",)  # final_obs comes with its marker of steps that never happened
     fillable = actor_fields(cfg, obs_space, action_space)
     clash = sorted(set(extra) & set(engine))
     unknown = sorted(set(extra) - set(fillable) - set(engine))
@@ -87,7 +142,9 @@ def actor_fields(
     incarnation and episode count),
     the weight set that acted (appo/protocol/control.py), and (given the observation space) `final_obs`: the observation
     the env returned at a step that ended its episode, which obs[t + 1] does not hold (it is the next episode's
-    first); written only at those steps, poison elsewhere."""
+    first); written only at those steps, poison elsewhere (in the observations' dtype), with `step_failed`: 1.0 at
+    a step whose env raised, so that the step never happened and has no successor (final_obs then holds
+    `missing_obs_value`, NaN or an integer poison; readers test the flag), 0.0 at every other step."""
     import torch
 
     T = cfg.rollout
@@ -97,7 +154,8 @@ def actor_fields(
         "weight_sets": TensorSpec((T,), torch.int64),
     }
     if obs_space is not None:
-        fields["final_obs"] = TensorSpec((T, *obs_space.shape), torch.float32)
+        fields["final_obs"] = TensorSpec((T, *obs_space.shape), torch_dtype(obs_dtype(obs_space)))
+        fields["step_failed"] = TensorSpec((T,), torch.float32)
     if isinstance(action_space, gym.spaces.Box):  # standard-normal draws: a = mean + std * noise
         fields["action_noise"] = TensorSpec((T, int(np.prod(action_space.shape))), torch.float32)
     elif isinstance(action_space, gym.spaces.Discrete):  # standard-exponential draws: Gumbel-max, -log(noise)
@@ -108,13 +166,12 @@ def actor_fields(
 def allocate_trajectories(
     cfg: Cfg, derived: Derived, obs_space: gym.Space, action_space: gym.Space
 ) -> dict[str, torch.Tensor]:
-    """Allocate every trajectory tensor in shared memory, poison-filled (ints get -1)."""
+    """Allocate every trajectory tensor in shared memory, poison-filled (`poison_value`)."""
     import torch
 
     tensors = {}
     for name, spec in trajectory_spec(cfg, obs_space, action_space).items():
-        fill = POISON if spec.dtype.is_floating_point else -1
-        tensor = torch.full((derived.num_slots, *spec.shape), fill, dtype=spec.dtype)
+        tensor = torch.full((derived.num_slots, *spec.shape), poison_value(spec.dtype), dtype=spec.dtype)
         tensors[name] = tensor.share_memory_()
     tensors["rnn_states"].zero_()  # every trajectory's first state is the zero state
     return tensors

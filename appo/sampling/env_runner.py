@@ -39,7 +39,7 @@ from appo.config.derive import Derived
 from appo.envs import make_task_assigner, run_tasks
 from appo.envs.schedules import TaskAssigner
 from appo.protocol import episode_ids
-from appo.protocol.buffers import first_env, first_slot, group_index
+from appo.protocol.buffers import array_dtype, first_env, first_slot, group_index, missing_obs_value
 from appo.protocol.control import FREE, PolicyDraw
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.sampling.split_envs import SplitEnvs
@@ -84,6 +84,9 @@ class EnvRunner(SplitEnvs):
         # Per-step fields the algorithm asked for (appo/protocol/buffers.py actor_fields) that this runner fills.
         self.extra_fields = [name for name in ("task_ids", "episode_ids", "weight_sets") if name in buffers]
         self.final_obs = buffers.get("final_obs")  # where episodes' last observations go (off-policy learners)
+        self.step_failed = buffers.get("step_failed")  # with it: 1.0 where the step never happened (its env raised)
+        self.obs_dtype = array_dtype(buffers["obs"])  # the observations' own (uint8 frames stay uint8)
+        self.missing_obs = missing_obs_value(self.obs_dtype)  # final_obs of a step that never happened
         self.env_task = np.full(self.num_envs, -1, dtype=np.int64)  # index in the train tasks; -1: no tasks
         self.task_assigners: list[TaskAssigner | None] = [None] * self.num_envs  # per env; None: no tasks
         self.last_trial_return: list[float | None] = [None] * self.num_envs  # fed to the assigner
@@ -148,7 +151,7 @@ class EnvRunner(SplitEnvs):
         obs = [self._reset_env(i, seed=seed + i) for i in range(self.num_envs)]
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + i)
-        self.next_obs = np.stack(obs).astype(np.float32)
+        self.next_obs = np.stack(obs).astype(self.obs_dtype)
         self.next_rnn = np.zeros(self.buf["rnn_states"].shape[2:], dtype=np.float32)
         return self._start_rollout()
 
@@ -267,6 +270,8 @@ class EnvRunner(SplitEnvs):
         buf["rewards"][slots, t] = self._shape_rewards(rewards)
         buf["dones"][slots, t] = dones
         buf["truncated"][slots, t] = truncs
+        if self.step_failed is not None:
+            buf["step_failed"][slots, t] = np.isin(np.arange(n), failed).astype(np.float32)
         if dones.any():
             # A new episode starts from the zero recurrent state.
             buf["rnn_states"][slots, t + 1][dones > 0] = 0.0

@@ -28,7 +28,7 @@ from appo.models.device import model_device, to_device, to_host
 from appo.models.numpy_twins import make_numpy_policy
 from appo.models.registry import make_model
 from appo.numpy_policy.ops import NumpyPass
-from appo.protocol.buffers import rnn_state_size
+from appo.protocol.buffers import obs_dtype, rnn_state_size
 from appo.protocol.messages import EvalReport, EvalRequest, Stop
 from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import component_main
@@ -64,11 +64,12 @@ def run_episode(
     rnn = torch.zeros(1, state_size)
     states = np.zeros((1, state_size), dtype=np.float32) if getattr(model, "core", None) is not None else None
     total, length = 0.0, 0
+    stored = obs_dtype(env.observation_space)  # what training stored and read: uint8 frames stay uint8
     while True:
         if fast is not None:
-            actions, _, _, states = fast.act(np.asarray(obs, dtype=np.float32)[None], states, deterministic)
+            actions, _, _, states = fast.act(np.asarray(obs, dtype=stored)[None], states, deterministic)
         else:
-            inputs = torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0)
+            inputs = torch.as_tensor(np.asarray(obs, dtype=stored)).unsqueeze(0)
             with torch.inference_mode():
                 out = model.act(to_device(inputs, device), to_device(rnn, device), deterministic)
             rnn, actions = to_host(out.rnn_states), to_host(out.actions)

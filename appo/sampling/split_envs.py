@@ -58,8 +58,8 @@ class SplitEnvs:
                 dones[i] = truncs[i] = 1.0  # cut the episode; bootstrap it like a time limit
                 failed.append(i)
                 self.alive[i] = not self.episodic
-                if self.final_obs is not None:  # the step never happened: no successor (replays drop the step)
-                    self.final_obs[self.first + i, t] = np.nan
+                if self.final_obs is not None:  # the step never happened: no successor (replays drop the step,
+                    self.final_obs[self.first + i, t] = self.missing_obs  # which step_failed marks)
             rewards[i] = reward
             obs_out[self.first + i, t + 1] = obs
         return rewards, dones, truncs, trials, failed

@@ -87,6 +87,7 @@ def policy_parts(run: Path, ckpt: Path) -> tuple[dict[str, Any], dict[str, np.nd
 
     from appo.config.cfg import cfg_to_dict
     from appo.models.numpy_twins import numpy_description
+    from appo.protocol.buffers import obs_dtype
 
     cfg, model, state, (obs_space, action_space) = load_run_policy(run, ckpt)
     description = numpy_description(model)
@@ -102,6 +103,7 @@ def policy_parts(run: Path, ckpt: Path) -> tuple[dict[str, Any], dict[str, np.nd
         "model": description,
         "cfg": cfg_to_dict(cfg),
         "observation_shape": list(obs_space.shape),
+        "observation_dtype": str(obs_dtype(obs_space)),  # as training stored them: uint8 frames stay uint8
         "action": action,
         "source": {
             "checkpoint": str(ckpt),
@@ -138,7 +140,8 @@ def example_inputs(meta: dict[str, Any], batch: int = 1) -> tuple[Any, Any]:
 
     cfg = meta["cfg"]
     size = rnn_state_size(argparse.Namespace(**cfg))
-    return torch.zeros(batch, *meta["observation_shape"]), torch.zeros(batch, size)
+    dtype = getattr(torch, meta.get("observation_dtype", "float32"))  # traced in the dtype the model is fed
+    return torch.zeros(batch, *meta["observation_shape"], dtype=dtype), torch.zeros(batch, size)
 
 
 def export(run: Path, ckpt: Path, fmt: str, out: Path) -> Path:

@@ -178,6 +178,7 @@ def test_transitions_take_final_obs_at_episode_ends_and_bootstrap_truncations():
         "dones": dones,
         "truncated": truncated,
         "final_obs": final,
+        "step_failed": torch.zeros(N, T),
     }
     rows = transitions(batch)
     assert rows["obs"][:, 0].tolist() == [0, 1, 2, 4, 5, 6]
@@ -252,6 +253,7 @@ def _batch(n: int = 2, T: int = 64) -> dict[str, torch.Tensor]:
         "dones": torch.zeros(n, T),
         "truncated": torch.zeros(n, T),
         "final_obs": torch.full((n, T, 3), -42.42),
+        "step_failed": torch.zeros(n, T),
     }
 
 
@@ -352,7 +354,8 @@ def test_a_skipped_actor_step_still_counts_the_critic_step_and_moves_its_targets
 
 def test_a_step_whose_env_raised_is_not_a_transition():
     """Regression: the env runner cuts an episode whose env raised; the replay stored (s, a, 0, s, not terminal) for
-    that step, a transition that never happened. The runner marks it (final_obs NaN) and it is left out."""
+    that step, a transition that never happened. The runner marks it (step_failed; final_obs NaN) and it is left
+    out."""
     batch = {
         "obs": torch.arange(8, dtype=torch.float32).reshape(2, 4, 1),
         "actions": torch.zeros(2, 3, 1),
@@ -360,8 +363,10 @@ def test_a_step_whose_env_raised_is_not_a_transition():
         "dones": torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),
         "truncated": torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),
         "final_obs": torch.zeros(2, 3, 1),
+        "step_failed": torch.zeros(2, 3),
     }
     batch["final_obs"][0, 1] = float("nan")  # env 0's step t=1 raised
+    batch["step_failed"][0, 1] = 1.0
     rows = transitions(batch)
     assert rows["obs"][:, 0].tolist() == [0, 2, 4, 5, 6] and rows["next_obs"][:, 0].tolist() == [1, 3, 5, 6, 7]
     assert len(rows["rewards"]) == len(rows["terminated"]) == len(rows["actions"]) == 5

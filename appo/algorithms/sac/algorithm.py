@@ -27,6 +27,8 @@ from appo.config.algorithms.sac import learning_starts_of, target_entropy_value
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.squashed_gaussian import SquashedGaussianActor, TwinQ, polyak_update
+from appo.protocol.buffers import obs_dtype as stored_obs_dtype
+from appo.protocol.buffers import torch_dtype
 from appo.utils.logging import log
 
 RATE_WINDOW = 10.0  # seconds over which updates per second are measured
@@ -60,7 +62,8 @@ class SAC(Algorithm):
         self.actor_optimizer = adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_optimizer = adam(self.critic.parameters(), cfg.critic_lr)
         self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr)
-        self.replay = Replay(cfg.replay_size, tuple(obs_space.shape), action_dims, device)
+        obs_dtype = torch_dtype(stored_obs_dtype(obs_space))  # uint8 frames stay uint8 in the replay
+        self.replay = Replay(cfg.replay_size, tuple(obs_space.shape), action_dims, device, obs_dtype)
         self.updates = 0  # gradient updates done (each: critics, actor, alpha, targets)
         self.env_steps = 0  # transitions appended to the replay over the run
         self.rate: deque[tuple[float, int]] = deque()  # (time, updates) for updates per second

@@ -25,8 +25,8 @@ def transitions(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     The next observation of step t is obs[t + 1], except where the episode ended at t: the actor replaced obs[t + 1]
     by the next episode's first observation, and the observation the env returned is in final_obs[t]. An episode
     ended by a time limit (`truncated`) is not terminated: the critic bootstraps from its final observation. A step
-    whose env raised has no successor (final_obs NaN, appo/sampling/split_envs.py): it is left out, not stored as a
-    made-up transition."""
+    whose env raised has no successor (`step_failed` 1.0, appo/sampling/split_envs.py; final_obs holds no
+    observation there): it is left out, not stored as a made-up transition. Observations keep their dtype."""
     T = batch["rewards"].shape[1]
     obs = batch["obs"]
     ended = batch["dones"].bool().reshape(*batch["dones"].shape, *([1] * (obs.dim() - 2)))
@@ -40,16 +40,30 @@ def transitions(batch: dict[str, Tensor]) -> dict[str, Tensor]:
         "next_obs": flat(next_obs),
         "terminated": flat(terminated),
     }
-    happened = ~torch.isnan(rows["next_obs"].reshape(len(rows["next_obs"]), -1)).any(dim=1)
+    happened = flat(batch["step_failed"]) == 0
     return rows if bool(happened.all()) else {k: v[happened] for k, v in rows.items()}
 
 
 class Replay:
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...], action_dim: int, device: str = "cpu") -> None:
+    """Observations (obs, next_obs) are kept in `obs_dtype`, the trajectory tensors' (appo/protocol/buffers.py
+    obs_dtype: a ring of uint8 frames takes a quarter of float32's memory, and so does its saved replay.pth); the
+    other fields are float32. The models cast what they sample."""
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        action_dim: int,
+        device: str = "cpu",
+        obs_dtype: torch.dtype = torch.float32,
+    ) -> None:
         self.capacity = capacity
         shapes = {"obs": obs_shape, "actions": (action_dim,), "rewards": (), "next_obs": obs_shape, "terminated": ()}
+        dtypes = {"obs": obs_dtype, "next_obs": obs_dtype}
         # torch.empty: pages are touched only as rows are written, so a 1M ring costs memory as it fills.
-        self.data = {k: torch.empty((capacity, *s), dtype=torch.float32, device=device) for k, s in shapes.items()}
+        self.data = {
+            k: torch.empty((capacity, *s), dtype=dtypes.get(k, torch.float32), device=device) for k, s in shapes.items()
+        }
         self.pos = 0  # next row to write
         self.size = 0  # rows filled
 
@@ -61,7 +75,7 @@ class Replay:
             n = self.capacity
         first = min(n, self.capacity - self.pos)
         for k in FIELDS:
-            src = rows[k].to(self.data[k].device, torch.float32)
+            src = rows[k].to(self.data[k].device, self.data[k].dtype)
             self.data[k][self.pos : self.pos + first] = src[:first]
             self.data[k][: n - first] = src[first:]
         self.pos = (self.pos + n) % self.capacity

@@ -14,7 +14,14 @@ import torch
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.models.registry import make_model
-from appo.protocol.buffers import POISON, allocate_control, first_slot, trajectory_spec, worker_envs
+from appo.protocol.buffers import (
+    allocate_control,
+    first_slot,
+    numpy_dtype_of,
+    poison_value,
+    trajectory_spec,
+    worker_envs,
+)
 from appo.protocol.messages import SlotsReleased, TrajectoryReady
 from appo.protocol.param_sync import ParamStore
 from appo.utils.logging import log
@@ -133,7 +140,7 @@ class RayActorWorker:
         """The transitions of the trajectories `msg` hands over, to the next replay shard (one call)."""
         envs = range(msg.num_envs) if msg.envs is None else msg.envs
         slots = torch.tensor([msg.first_slot + e for e in envs], dtype=torch.int64)
-        names = ("obs", "actions", "rewards", "dones", "truncated", "final_obs")
+        names = ("obs", "actions", "rewards", "dones", "truncated", "final_obs", "step_failed")
         trajectories = {k: torch.from_numpy(self.buffers[k])[slots] for k in names}
         rows = self.replay_rows(trajectories, self.template)
         self.pusher.push({k: v.numpy() for k, v in rows.items()})
@@ -147,9 +154,9 @@ def private_trajectories(
     first, last = first_slot(cfg, derived, worker_idx, 0, 0), first_slot(cfg, derived, worker_idx + 1, 0, 0)
     tensors = {}
     for name, spec in trajectory_spec(cfg, *spaces).items():
-        array = np.zeros((derived.num_slots, *spec.shape), dtype=torch.empty(0, dtype=spec.dtype).numpy().dtype)
+        array = np.zeros((derived.num_slots, *spec.shape), dtype=numpy_dtype_of(spec.dtype))
         if name != "rnn_states":  # every trajectory's first state is the zero state
-            array[first:last] = POISON if spec.dtype.is_floating_point else -1
+            array[first:last] = poison_value(spec.dtype)
         tensors[name] = torch.from_numpy(array)
     return tensors
 

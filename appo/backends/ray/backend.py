@@ -43,7 +43,8 @@ from appo.backends.local import LocalBackend
 from appo.backends.ray.actors import IN_FLIGHT, ActorState, RayActorWorker, remote_actor_class
 from appo.backends.ray.connection import connect
 from appo.models.registry import make_model
-from appo.protocol.buffers import worker_envs
+from appo.protocol.buffers import obs_dtype as stored_obs_dtype
+from appo.protocol.buffers import torch_dtype, worker_envs
 from appo.protocol.messages import SlotsReleased
 from appo.protocol.wiring import actor_inbox, send
 from appo.utils.logging import first_line, log
@@ -77,7 +78,8 @@ class RayBackend(LocalBackend):
             from appo.backends.ray.replay_shards import ReplayLocation, create_shards, shard_names
 
             obs_space, action_space = self.spaces
-            self.shards = create_shards(self.cfg, tuple(obs_space.shape), int(np.prod(action_space.shape)))
+            obs_dtype = torch_dtype(stored_obs_dtype(obs_space))  # the replay keeps the trajectories' dtype
+            self.shards = create_shards(self.cfg, tuple(obs_space.shape), int(np.prod(action_space.shape)), obs_dtype)
             context = ray.get_runtime_context()
             self.replay_factory = ReplayLocation(
                 context.gcs_address, context.namespace, shard_names(self.cfg.num_replay_shards)

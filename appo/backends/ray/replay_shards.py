@@ -72,11 +72,13 @@ def shard_names(num_shards: int) -> tuple[str, ...]:
 class ReplayShard:
     """One shard of the replay, as a Ray actor (its methods run one at a time: adds and samples never overlap)."""
 
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...], action_dim: int, seed: int) -> None:
+    def __init__(
+        self, capacity: int, obs_shape: tuple[int, ...], action_dim: int, seed: int, obs_dtype: Any = torch.float32
+    ) -> None:
         from appo.protocol.processes import limit_threads
 
         self._limits = limit_threads(1)
-        self.replay = Replay(capacity, obs_shape, action_dim)
+        self.replay = Replay(capacity, obs_shape, action_dim, obs_dtype=obs_dtype)  # uint8 frames stay uint8
         self.generator = torch.Generator().manual_seed(seed)
         self.from_worker: dict[int, int] = {}  # actor worker index -> transitions received from it
         self.chunks = 0
@@ -107,7 +109,7 @@ class ReplayShard:
         return self.replay.size
 
 
-def create_shards(cfg: Any, obs_shape: tuple[int, ...], action_dim: int) -> list[Any]:
+def create_shards(cfg: Any, obs_shape: tuple[int, ...], action_dim: int, obs_dtype: Any = torch.float32) -> list[Any]:
     """The run's replay shards as named Ray actors (in the current namespace); call after ray.init."""
     import ray
 
@@ -122,7 +124,7 @@ def create_shards(cfg: Any, obs_shape: tuple[int, ...], action_dim: int) -> list
     return [
         ray.remote(ReplayShard)
         .options(name=name, **options)
-        .remote(capacity, obs_shape, action_dim, cfg.seed * 1000 + i)
+        .remote(capacity, obs_shape, action_dim, cfg.seed * 1000 + i, obs_dtype)
         for i, name in enumerate(names)
     ]
 
