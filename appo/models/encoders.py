@@ -118,7 +118,7 @@ class ImageEncoder(nn.Module):
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
         x = self.convs(x)
-        return self.fc(x.reshape(len(x), -1)).reshape(*lead, self.out_size)
+        return self.fc(x.flatten(1)).reshape(*lead, self.out_size)  # (flatten: batch-size free in traced graphs)
 
     def convs(self, x: Tensor) -> Tensor:
         return self.body(x)
