@@ -1,11 +1,11 @@
 """The observation encoders, chosen by the observation space and `--encoder`: the first layers of a model, which turn
 an observation into a feature vector for the core and the heads.
 
-| --encoder | a flat Box (vector)        | a 3-D Box (an image)          | a Dict                                     |
-|-----------|----------------------------|-------------------------------|--------------------------------------------|
-| auto      | MLP                        | Nature CNN                    | each image key: Nature CNN; the rest: MLP  |
-| mlp       | MLP                        | MLP of the flattened pixels   | every key through one MLP                  |
-| nature, simple, impala | error             | that convnet                  | each image key: that convnet; the rest: MLP |
+| --encoder   | a flat Box (vector) | a 3-D Box (an image)        | a Dict                                      |
+|-------------|---------------------|-----------------------------|---------------------------------------------|
+| auto        | MLP                 | Nature CNN                  | each image key: Nature CNN; the rest: MLP   |
+| mlp         | MLP                 | MLP of the flattened pixels | every key through one MLP                   |
+| nature, ... | error               | that convnet                | each image key: that convnet; the rest: MLP |
 
 - MLP: Linear + `--nonlinearity` per `--encoder_mlp_layers` size (`build_mlp`), on the observation flattened and
   normalised by the model's running mean/std (`--normalize_input`: vector inputs only).
@@ -46,7 +46,6 @@ from appo.numpy_policy.conv import (
     CONV_ACTIVATIONS,
     CONV_STACKS,
     FC_SIZES,
-    IMAGE_ENCODERS,
     IMPALA_CHANNELS,
     conv_output_hw,
 )
@@ -200,8 +199,9 @@ class MultiInputEncoder(nn.Module):
         self.mlp: nn.Sequential | None = None
         mlp_size = 0
         if self.vector_keys:
-            self.mlp, mlp_size = build_mlp(sum(int(np.prod(space[k].shape)) for k in self.vector_keys), layers,
-                                           nonlinearity)
+            self.mlp, mlp_size = build_mlp(
+                sum(int(np.prod(space[k].shape)) for k in self.vector_keys), layers, nonlinearity
+            )
         self.out_size = sum(e.out_size for e in self.images.values()) + mlp_size
 
     def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
