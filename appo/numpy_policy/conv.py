@@ -105,11 +105,10 @@ class ImageEncoderPass:
         self._fc_hwc: np.ndarray | None = None
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        x = obs.astype(np.float32)
+        # Channels-last and contiguous in one copy: the convs' strided windows then read whole pixels at a time.
+        x = np.ascontiguousarray(obs if self.channels_last else obs.transpose(0, 2, 3, 1), dtype=np.float32)
         if self.divisor != 1.0:
-            x = x / self.divisor
-        if not self.channels_last:
-            x = x.transpose(0, 2, 3, 1)
+            x /= self.divisor
         act = self.activation
         if self.kind == "impala":
             for conv, *res in self.stacks:
