@@ -87,7 +87,7 @@ class ActorCritic(nn.Module):
         # as the policy's unless --value_mlp_layers sizes it.
         value_layers = (cfg.value_mlp_layers or cfg.encoder_mlp_layers) if cfg.separate_value_trunk else []
         value_size = size
-        if cfg.separate_value_trunk:  # its own encoder: as wide as the policy's unless --value_mlp_layers says
+        if cfg.separate_value_trunk:  # (an image or Dict model's trunk is an encoder of the policy's kind)
             value_size = (value_layers[-1] if value_layers else size) if flat else self.encoder.out_size
         self.value_head = nn.Linear(value_size, 1)
         # Small initial policy outputs keep the first actions near the centre of the action range.
