@@ -82,6 +82,33 @@ def env_kwargs(cfg: Any) -> dict[str, Any]:
     return kwargs
 
 
+def training_kwargs(cfg: Any, training: bool) -> dict[str, Any]:
+    """Constructor keywords for the envs that collect training experience only: Atari's episodic life."""
+    if training and cfg.env.startswith(ATARI_PREFIXES) and getattr(cfg, "episodic_life", False):
+        return {"episodic_life": True}
+    return {}
+
+
+def make_run_vector(cfg: Any) -> Callable[[int], Any] | None:
+    """A builder of native vector envs of `n` training envs for the run's env (Atari: ale-py's AtariVectorEnv), or
+    None where the run steps single envs: no native vector for the env, --env_vector=per_env, or a run that needs
+    per-env control (task schedules, reward commands, sparse rewards, episodic algorithms)."""
+    if getattr(cfg, "env_vector", "per_env") != "auto" or not cfg.env.startswith(ATARI_PREFIXES):
+        return None
+    if cfg.task_schedule != "none" or getattr(cfg, "command_dims", 0) or getattr(cfg, "sparse_reward", False):
+        return None
+    if cfg.traits.episodic:
+        return None
+    from appo.envs.atari import make_atari_vector
+
+    return partial(
+        make_atari_vector,
+        cfg.env,
+        episodic_life=bool(getattr(cfg, "episodic_life", False)),
+        max_episode_steps=cfg.max_episode_steps,
+    )
+
+
 def is_task_env(env: gym.Env) -> bool:
     from appo.envs.tasks import TaskFamily
 
@@ -101,13 +128,17 @@ def trial_length(cfg: Any) -> int:
     return make_schedule(cfg.task_schedule, [{}], cfg.episodes_per_trial, 0, cfg.seed).episodes_per_trial
 
 
-def make_run_env(cfg: Any, env_idx: int = 0, split: str = "train", render_mode: str | None = None) -> gym.Env:
+def make_run_env(
+    cfg: Any, env_idx: int = 0, split: str = "train", render_mode: str | None = None, training: bool = False
+) -> gym.Env:
     """The env exactly as a run sees it: `make_env` plus, for task schedules, the meta-task wrapper over
     the `split` ("train" or "test") tasks. Actor workers, the evaluator and enjoy.py all build it here, so
     observation augmentation always matches what the policy was trained on. In a run the actor's EnvRunner
     gives every trial its task (`make_task_assigner`, appo/protocol/control.py); the wrapper's own schedule serves
-    standalone use (the meta-test, enjoy.py) and sets the trial length. `cfg` is an appo Cfg."""
-    env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode, **env_kwargs(cfg))
+    standalone use (the meta-test, enjoy.py) and sets the trial length. `training`: the actor workers' envs, which
+    take the run's training-only settings (Atari's --episodic_life). `cfg` is an appo Cfg."""
+    kwargs = env_kwargs(cfg) | training_kwargs(cfg, training)
+    env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode, **kwargs)
     env = _reward_conditioning(cfg, env)
     if cfg.task_schedule == "none":
         return env

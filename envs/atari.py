@@ -19,8 +19,8 @@ from typing import Any
 
 import gymnasium as gym
 
-# The info key of an episode end for learning that the score runs on past (a lost life): see the engine's runner.
-EPISODE_CONTINUES = "episode_continues"
+from appo.envs.episode_end import EPISODE_CONTINUES
+
 # Frames per episode at most (27,000 agent steps at 4 frames a step): the cap of the v4/v5 ids and of CleanRL.
 MAX_FRAMES = 108_000
 SCORE_PREFIX = "atari_"
@@ -146,3 +146,31 @@ def atari_env(env_name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.E
         return None
     game, sticky = found
     return make_atari(game, sticky=sticky, max_episode_steps=max_episode_steps, **kwargs)
+
+
+def make_atari_vector(
+    env_name: str, num_envs: int, episodic_life: bool = False, num_threads: int = 1, max_episode_steps: int = 0
+) -> Any:
+    """ale-py's native AtariVectorEnv (C++ threads) of `num_envs` games of `env_name` with the preprocessing of
+    `make_atari`, auto-resetting in the same step (info["final_obs"] holds a finished episode's last observation).
+    With `episodic_life` a lost life comes back as terminated while the game goes on (ale-py's life_loss_info);
+    the caller tells it from game over by the lives (envs that continue have fewer, a new game has more). Two
+    differences from `make_atari`'s wrappers: the frame stack starts from zeros instead of the first frame
+    repeated, and FIRE is pressed at a game's start only, not after a lost life."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    game, sticky = game_of(env_name)  # type: ignore[misc]
+    max_frames = MAX_FRAMES if max_episode_steps <= 0 else max_episode_steps * 4
+    return AtariVectorEnv(
+        game,
+        num_envs,
+        num_threads=num_threads,
+        repeat_action_probability=sticky,
+        max_num_frames_per_episode=max_frames,
+        autoreset_mode="SameStep",
+        reward_clipping=False,
+        episodic_life=False,
+        life_loss_info=episodic_life,
+        use_fire_reset=True,
+        noop_max=30,
+    )

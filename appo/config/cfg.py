@@ -64,6 +64,14 @@ class SamplingCfg:
     decorrelate_experience_max_seconds: float = _f(0.0, "random warm-up stepping per worker at start")
     reward_scale: float = _f(1.0, "rewards are multiplied by this before learning")
     reward_clip: float = _f(0.0, "rewards are clipped to +-this before learning; 0 disables")
+    episodic_life: bool = _f(
+        True, "Atari: a lost life ends the training episode (no bootstrap past it); reported games run on"
+    )
+    env_vector: str = _f(
+        "auto",
+        "auto: a split's envs as one native vector env where the env has one (Atari: ale-py's AtariVectorEnv); "
+        "per_env: one gymnasium env each",
+    )
     sparse_reward: bool = _f(False, "pay each episode's whole return at its last step, 0 before (the sum is kept)")
     worker_stuck_timeout: float = _f(30.0, "seconds without a heartbeat before an actor worker is replaced")
     worker_start_timeout: float = _f(

@@ -47,6 +47,7 @@ def verify(cfg: Cfg) -> list[str]:
     if cfg.batch_size % cfg.rollout:
         errors.append(f"--batch_size={cfg.batch_size}: must be a multiple of --rollout={cfg.rollout}")
     choices = {"nonlinearity": ("tanh", "relu", "elu"), "rnn_type": ("gru", "lstm"), "encoder": ENCODERS}
+    choices["env_vector"] = ("auto", "per_env")
     choices |= {"lr_schedule": LR_SCHEDULES, "log_level": ("debug", "info", "warning", "error")}
     choices |= {"task_schedule": ("none", "per_episode", "per_trial", "fixed", "curriculum")}
     choices |= {"task_visibility": ("hidden", "visible"), "save_best_metric": ("train", "eval")}

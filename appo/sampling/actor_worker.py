@@ -25,7 +25,7 @@ import numpy as np
 
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
-from appo.envs import make_run_env
+from appo.envs import make_run_env, make_run_vector
 from appo.envs.wrappers import task_bucket
 from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
 from appo.protocol.processes import component_main
@@ -33,6 +33,7 @@ from appo.protocol.shared_views import ParamViews, numpy_views
 from appo.protocol.wiring import Queues, actor_inbox, send
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.inference import Inference, make_numpy_inference
+from appo.sampling.vector_split import VectorEnvRunner
 from appo.utils.seeding import incarnation_seed
 from appo.utils.timing import Timing
 
@@ -74,8 +75,10 @@ class ActorWorker:
         self.control = numpy_views(control) if control is not None else None
         self.starting()  # imported and running: a sign of life for the supervisor
         env_fn = partial(self._build_env, cfg)
+        vector_fn = make_run_vector(cfg)
+        runner = EnvRunner if vector_fn is None else partial(VectorEnvRunner, vector_fn=vector_fn)
         self.runners = [
-            EnvRunner(cfg, derived, worker_idx, split, views, env_fn, self.control, incarnation)
+            runner(cfg, derived, worker_idx, split, views, env_fn, self.control, incarnation)
             for split in range(cfg.worker_num_splits)
         ]
         self.timing = Timing()
@@ -89,7 +92,7 @@ class ActorWorker:
             self.control["heartbeats"][self.worker_idx] = -time.time()
 
     def _build_env(self, cfg: Cfg, env_idx: int) -> Any:
-        env = make_run_env(cfg, env_idx)
+        env = make_run_env(cfg, env_idx, training=True)
         self.starting()
         return env
 

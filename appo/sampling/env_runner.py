@@ -80,6 +80,7 @@ class EnvRunner(SplitEnvs):
         self.episode_tasks: list[dict] | None = None
         self.noise = buffers.get("action_noise")
         self.alive = np.ones(self.num_envs, dtype=bool)
+        self.continues = np.zeros(self.num_envs, dtype=bool)  # see SplitEnvs.continues
         self.episode_count = np.zeros(self.num_envs, dtype=np.int64)
         # Per-step fields the algorithm asked for (appo/protocol/buffers.py actor_fields) that this runner fills.
         self.extra_fields = [name for name in ("task_ids", "episode_ids", "weight_sets") if name in buffers]
@@ -133,7 +134,7 @@ class EnvRunner(SplitEnvs):
     # --- start --------------------------------------------------------------------------------------
     def init(self, seed: int) -> list[Any]:
         """Create and reset the envs; returns the first InferenceRequest."""
-        self.envs = [self.env_fn(self.first_env + i) for i in range(self.num_envs)]
+        self.envs = self._make_envs()
         self.task_assigners = [
             make_task_assigner(self.cfg, env, self.first_env + i, self.incarnation) for i, env in enumerate(self.envs)
         ]
@@ -154,6 +155,9 @@ class EnvRunner(SplitEnvs):
         self.next_obs = np.stack(obs).astype(self.obs_dtype)
         self.next_rnn = np.zeros(self.buf["rnn_states"].shape[2:], dtype=np.float32)
         return self._start_rollout()
+
+    def _make_envs(self) -> list[Any]:
+        return [self.env_fn(self.first_env + i) for i in range(self.num_envs)]
 
     def decorrelate(self, seconds: float) -> None:
         """Step with random actions for `seconds`, so envs of different workers are at different

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from appo.envs.episode_end import EPISODE_CONTINUES
 from appo.envs.tasks import task_family
 from appo.protocol.control import FREE, POLICY, TASK, WEIGHTS
 from appo.utils.logging import log
@@ -20,6 +21,9 @@ SEEN_ERRORS: set[str] = set()
 
 class SplitEnvs:
     envs: list[Any]
+    # Per env: its last episode end was one for learning only (info[EPISODE_CONTINUES]: Atari's lost life), the
+    # reported episode (the game's score) runs on. Set by `_step_envs`, read by `_record_episodes`.
+    continues: np.ndarray
 
     def _step_envs(
         self, actions: np.ndarray, t: int
@@ -34,6 +38,7 @@ class SplitEnvs:
         trials: dict[int, dict] = {}
         failed: list[int] = []
         episodic, alive = self.episodic, self.alive
+        self.continues = np.zeros(n, dtype=bool)
         for i, env in enumerate(self.envs):
             if episodic and not alive[i]:  # its episode ended earlier in this rollout
                 rewards[i] = 0.0
@@ -44,6 +49,7 @@ class SplitEnvs:
                 if terminated or truncated:
                     dones[i] = 1.0
                     truncs[i] = float(truncated and not terminated)
+                    self.continues[i] = bool(info.get(EPISODE_CONTINUES, False))
                     trial = info.get("trial")
                     if trial is not None:
                         trials[i] = trial
@@ -126,14 +132,16 @@ class SplitEnvs:
         self.ep_returns += rewards
         self.ep_lengths += 1
         if dones.any():
-            for i in np.flatnonzero(dones):
+            self.episode_count[dones > 0] += 1  # learning episodes (episode ids): a lost life ends one
+            # What runs reports: whole episodes; one that continues past a learning end (a lost life) goes on.
+            ended = (dones > 0) & ~self.continues
+            for i in np.flatnonzero(ended):
                 if int(i) not in failed:  # an episode cut by an env error is not a result
                     result = (float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i)))
                     self.finished.append((*result, int(self.env_policy[i])))
                 self.next_policy[i], self.next_weights[i] = self._assigned(i, self.policy_draw.next(self.rng))
-            self.episode_count[dones > 0] += 1
-            self.ep_returns[dones > 0] = 0.0
-            self.ep_lengths[dones > 0] = 0
+            self.ep_returns[ended] = 0.0
+            self.ep_lengths[ended] = 0
 
     def _assigned(self, i: int, drawn_policy: int) -> tuple[int, int]:
         """Policy and weight set of env `i`'s next episode: the control channel's, where it sets them, else the

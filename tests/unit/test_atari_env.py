@@ -11,7 +11,7 @@ import pytest
 ale_py = pytest.importorskip("ale_py")
 
 from appo.envs import UnknownEnvError, make_env  # noqa: E402
-from appo.envs.atari import EPISODE_CONTINUES  # noqa: E402
+from appo.envs.episode_end import EPISODE_CONTINUES  # noqa: E402
 
 gym.register_envs(ale_py)
 

@@ -1,0 +1,173 @@
+"""Atari throughput in one sitting on the same cores: raw stepping of the fastest vector envs, appo's sampler alone,
+appo training, and Sample Factory 2.1.1 training with the same workers and envs.
+
+    python benchmarks/atari_throughput.py --game=pong --repeats=3 --seconds=60 --sf_python=/path/to/sf_venv/bin/python
+
+Every figure counts agent steps per second (one agent step = 4 emulator frames: multiply by 4 for frames/s, the
+unit of Sample Factory's own "FPS" and of EnvPool's tables).
+- raw gymnasium: one process per core, each stepping `--envs` of appo's own Atari envs (envs/atari.py: gymnasium's
+  preprocessing wrappers, as actor workers step them) with random actions.
+- raw ale-py vector: ale-py's native AtariVectorEnv (C++ threads, the same preprocessing) with `--envs` x cores
+  envs and random actions, in one process.
+- appo sampler / training: train_appo.py --env=atari_<game> with --sampler_only / learning (steady state, start-up
+  excluded; benchmarks/throughput.py).
+- Sample Factory: sf_examples.atari.train_atari from `--sf_python`'s environment (Sample Factory 2.1.1 needs
+  gymnasium 0.29 and numpy < 2: its own virtualenv) with its Atari defaults but the same workers, envs per worker
+  and splits, asynchronous, on the CPU; its steady rate is read from its "Total num frames" log lines over the
+  measured window and divided by its frameskip (4).
+Each figure is the median of `--repeats` runs, with min and max; the CPU used by other processes is printed."""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from throughput import appo_fps, foreign_cpu, summary  # noqa: E402
+
+FRAMESKIP = 4
+
+
+def _gym_worker(game: str, envs: int, seconds: float, out: mp.Queue) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import numpy as np
+
+    from appo.envs import make_env
+
+    batch = [make_env(f"atari_{game}") for _ in range(envs)]
+    for i, env in enumerate(batch):
+        env.reset(seed=os.getpid() * 100 + i)
+    rng = np.random.default_rng(os.getpid())
+    n_actions = int(batch[0].action_space.n)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for env in batch:
+            _, _, terminated, truncated, _ = env.step(int(rng.integers(n_actions)))
+            if terminated or truncated:
+                env.reset()
+        steps += envs
+    out.put(steps / (time.perf_counter() - start))
+
+
+def raw_gym_fps(game: str, procs: int, envs: int, seconds: float) -> float:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    workers = [ctx.Process(target=_gym_worker, args=(game, envs, seconds, out)) for _ in range(procs)]
+    for w in workers:
+        w.start()
+    total = sum(out.get(timeout=seconds + 120) for _ in workers)
+    for w in workers:
+        w.join()
+    return total
+
+
+def raw_vector_fps(game: str, procs: int, envs: int, seconds: float) -> float:
+    import numpy as np
+    from ale_py.vector_env import AtariVectorEnv
+
+    vec = AtariVectorEnv(game, procs * envs, num_threads=procs, autoreset_mode="SameStep")
+    vec.reset(seed=0)
+    rng = np.random.default_rng(0)
+    n_actions = int(vec.single_action_space.n)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        vec.step(rng.integers(n_actions, size=procs * envs))
+        steps += procs * envs
+    rate = steps / (time.perf_counter() - start)
+    vec.close()
+    return rate
+
+
+def sf_fps(sf_python: str, game: str, seconds: float, warmup: float, workers: int, envs: int, splits: int) -> float:
+    """Agent steps/s of Sample Factory 2.1.1's Atari example over the window after `warmup` seconds."""
+    train_dir = Path(tempfile.mkdtemp(prefix="sf_tp_"))
+    launcher = (
+        "import sys, ale_py.registration; ale_py.registration.register_v0_v4_envs(); "
+        "from sf_examples.atari.train_atari import main; sys.exit(main())"
+    )
+    cmd = [sf_python, "-c", launcher, f"--env=atari_{game}", "--experiment=tp", f"--train_dir={train_dir}"]
+    cmd += [f"--num_workers={workers}", f"--num_envs_per_worker={envs}", f"--worker_num_splits={splits}"]
+    cmd += ["--async_rl=True", "--batched_sampling=False", "--device=cpu", "--with_wandb=False"]
+    cmd += [f"--train_for_seconds={int(seconds + warmup + 20)}", "--save_every_sec=100000"]
+    log = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + warmup + 300)
+    shutil.rmtree(train_dir, ignore_errors=True)
+    points = []
+    for line in (log.stdout + log.stderr).splitlines():
+        match = re.search(r"\[(\d\d:\d\d:\d\d),(\d{3})\].*Total num frames: (\d+)", line)
+        if match:
+            h, m, s = (int(v) for v in match.group(1).split(":"))
+            points.append((h * 3600 + m * 60 + s + int(match.group(2)) / 1000, int(match.group(3))))
+    first = next((t for t, frames in points if frames > 0), None)
+    if first is None:
+        raise RuntimeError("Sample Factory reported no frames:\n" + (log.stdout + log.stderr)[-3000:])
+    steady = [(t, f) for t, f in points if t - first >= warmup]
+    if len(steady) < 2:
+        raise RuntimeError("too few Sample Factory reports after warm-up")
+    (t0, f0), (t1, f1) = steady[0], steady[-1]
+    return (f1 - f0) / (t1 - t0) / FRAMESKIP
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--game", default="pong")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds skipped at the start of training runs")
+    parser.add_argument("--procs", type=int, default=len(os.sched_getaffinity(0)), help="cores: processes for raw")
+    parser.add_argument("--workers", type=int, default=2, help="actor workers of appo and Sample Factory")
+    parser.add_argument("--envs", type=int, default=8, help="envs per worker (and per raw process)")
+    parser.add_argument("--sf_python", default="", help="python of an environment with sample-factory 2.1.1")
+    parser.add_argument("--skip", nargs="*", default=[], help="rows to leave out: gym vector sampler appo sf")
+    args, extra = parser.parse_known_args()
+    appo_flags = [f"--num_workers={args.workers}", f"--num_envs_per_worker={args.envs}", *extra]
+    rows: dict[str, list[float]] = {}
+    print(f"other processes use {foreign_cpu():.2f} cores before the runs", flush=True)
+    for _ in range(args.repeats):
+        if "gym" not in args.skip:
+            rows.setdefault("raw gymnasium wrappers", []).append(
+                raw_gym_fps(args.game, args.procs, args.envs, args.seconds)
+            )
+        if "vector" not in args.skip:
+            rows.setdefault("raw ale-py AtariVectorEnv", []).append(
+                raw_vector_fps(args.game, args.procs, args.envs, args.seconds)
+            )
+        env = f"atari_{args.game}"
+        if "sampler" not in args.skip:
+            rows.setdefault("appo sampler only", []).append(
+                appo_fps(env, args.seconds, args.warmup, appo_flags, sampler_only=True)
+            )
+        if "appo" not in args.skip:
+            rows.setdefault("appo training", []).append(
+                appo_fps(env, args.seconds, args.warmup, appo_flags, sampler_only=False)
+            )
+        if "sf" not in args.skip and args.sf_python:
+            rows.setdefault("Sample Factory 2.1.1 training", []).append(
+                sf_fps(args.sf_python, args.game, args.seconds, args.warmup, args.workers, args.envs, 2)
+            )
+        print({k: round(v[-1]) for k, v in rows.items()}, flush=True)
+    print(
+        f"\nagent steps/s ({args.game}, {args.procs} cores, {args.workers} workers x {args.envs} envs; x4 = frames/s)"
+    )
+    for name, values in rows.items():
+        print(f"{name:32s} {summary(values)}")
+    if "appo training" in rows and "Sample Factory 2.1.1 training" in rows:
+        ratio = statistics.median(rows["appo training"]) / statistics.median(rows["Sample Factory 2.1.1 training"])
+        print(f"appo / Sample Factory training: {ratio:.2f}")
+    print(f"other processes use {foreign_cpu():.2f} cores after the runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

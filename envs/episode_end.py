@@ -1,0 +1,8 @@
+"""What an env's info may say about the end of an episode, beyond gymnasium's terminated and truncated."""
+
+from __future__ import annotations
+
+# The info key of an episode end for learning only (terminated: nothing is bootstrapped past it) that the episode a
+# run reports goes on past: Atari's lost life under episodic life, while the game and its score go on
+# (envs/atari.py). The actor workers' runner keeps counting the reported episode's return and length.
+EPISODE_CONTINUES = "episode_continues"
