@@ -43,10 +43,10 @@ setup(
             "ruff>=0.5",
             "setuptools>=70.1",
         ],  # setuptools: the wheel test builds one
-        "box2d": ["box2d>=2.3.10"],
+        "box2d": ["box2d>=2.3.10"],  # LunarLander-v3 (the UDRL benchmark); a manylinux wheel, no build
         # --env=atari_<game>: ale-py bundles the ROMs (no download); opencv for gymnasium's Atari preprocessing (its
         # 84x84 resize). Tested with ale-py 0.12.1 and opencv-python-headless 5.1.0.
-        "atari": ["ale-py>=0.11", "opencv-python-headless>=4"],  # LunarLander-v3 (the UDRL benchmark); a manylinux wheel, no build
+        "atari": ["ale-py>=0.11", "opencv-python-headless>=4"],
         # --backend=ray and sweeps on a cluster: the minimal package (no dashboard); tested with 2.60.0 (cp311 wheel)
         "ray": ["ray>=2.60,<2.61"],
         # --with_wandb: experiment tracking (utils/tracking.py); several runs in one process (reinit="create_new")
