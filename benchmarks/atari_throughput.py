@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -90,28 +91,58 @@ def raw_vector_fps(game: str, procs: int, envs: int, seconds: float) -> float:
     return rate
 
 
+SF_FRAMES = re.compile(r"\[\d{4}-\d\d-\d\d (\d\d:\d\d:\d\d),(\d{3})\].*Total num frames: (\d+)")
+
+
+def _window_done(log_path: Path, seconds: float) -> bool:
+    """Whether Sample Factory's log has reports `seconds` after its first one with frames."""
+    times = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        match = SF_FRAMES.search(line)
+        if match and int(match.group(3)) > 0:
+            h, m, s = (int(v) for v in match.group(1).split(":"))
+            times.append(h * 3600 + m * 60 + s)
+    return bool(times) and times[-1] - times[0] >= seconds
+
+
 def sf_fps(sf_python: str, game: str, seconds: float, warmup: float, workers: int, envs: int, splits: int) -> float:
     """Agent steps/s of Sample Factory 2.1.1's Atari example over the window after `warmup` seconds."""
     train_dir = Path(tempfile.mkdtemp(prefix="sf_tp_"))
-    launcher = (
-        "import sys, ale_py.registration; ale_py.registration.register_v0_v4_envs(); "
-        "from sf_examples.atari.train_atari import main; sys.exit(main())"
-    )
-    cmd = [sf_python, "-c", launcher, f"--env=atari_{game}", "--experiment=tp", f"--train_dir={train_dir}"]
-    cmd += [f"--num_workers={workers}", f"--num_envs_per_worker={envs}", f"--worker_num_splits={splits}"]
-    cmd += ["--async_rl=True", "--batched_sampling=False", "--device=cpu", "--with_wandb=False"]
-    cmd += [f"--train_for_seconds={int(seconds + warmup + 20)}", "--save_every_sec=100000"]
-    log = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + warmup + 300)
+    # ale-py 0.12 registers the v0/v4 ids Sample Factory's Atari example makes only when asked: in every process
+    # (its workers are spawned), so through a sitecustomize on their path.
+    site = train_dir / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import ale_py.registration\nale_py.registration.register_v0_v4_envs()\n")
+    cmd = [sf_python, "-m", "sf_examples.atari.train_atari", f"--env=atari_{game}", "--experiment=tp"]
+    cmd += [f"--train_dir={train_dir}", f"--num_workers={workers}", f"--num_envs_per_worker={envs}"]
+    cmd += [f"--worker_num_splits={splits}", "--async_rl=True", "--batched_sampling=False", "--device=cpu"]
+    cmd += ["--with_wandb=False", f"--train_for_seconds={int(seconds + warmup + 20)}", "--save_every_sec=100000"]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    # Its --train_for_seconds did not stop it here: the window is ours, then its process group is stopped.
+    log_path = train_dir / "stdout.txt"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + seconds + warmup + 240
+        while proc.poll() is None and time.monotonic() < deadline and not _window_done(log_path, seconds + warmup):
+            time.sleep(2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    text = log_path.read_text(errors="replace")
     shutil.rmtree(train_dir, ignore_errors=True)
     points = []
-    for line in (log.stdout + log.stderr).splitlines():
-        match = re.search(r"\[(\d\d:\d\d:\d\d),(\d{3})\].*Total num frames: (\d+)", line)
+    for line in text.splitlines():
+        match = SF_FRAMES.search(line)
         if match:
             h, m, s = (int(v) for v in match.group(1).split(":"))
             points.append((h * 3600 + m * 60 + s + int(match.group(2)) / 1000, int(match.group(3))))
     first = next((t for t, frames in points if frames > 0), None)
     if first is None:
-        raise RuntimeError("Sample Factory reported no frames:\n" + (log.stdout + log.stderr)[-3000:])
+        raise RuntimeError("Sample Factory reported no frames:\n" + text[-3000:])
     steady = [(t, f) for t, f in points if t - first >= warmup]
     if len(steady) < 2:
         raise RuntimeError("too few Sample Factory reports after warm-up")

@@ -11,8 +11,8 @@ workers is what the issue's figures mean). When all are done it writes, under --
   of the final policy's deterministic evaluation (--eval_episodes episodes of the last checkpoint, played as
   enjoy.py plays them, `appo.load_policy(...).evaluate`) and the same for the best checkpoint by training
   return (what Sample Factory's published figures are); the steps reached; the wall time per run; and the public
-  references (CleanRL's PPO at 1M steps, MuJoCo v4; Sample Factory 2's APPO at 10M, its published models' best
-  evaluation);
+  references (CleanRL's PPO at 1M steps, MuJoCo v4, and at 10M on Atari; Sample Factory 2's APPO at 10M, its
+  published models' best evaluation);
 - `<env>.png`: every seed's curve against env steps (thin) and the mean over seeds with a min-max band;
 - `runs/`: the runs themselves (tensorboard, checkpoints, logs), for `python -m appo.tools.plot` and enjoy.py.
 The table is also printed. A run that fails is reported as failed with its exit status (its log is in its
@@ -48,6 +48,14 @@ CLEANRL_1M = {
     "Hopper": (2383, 272),
     "Humanoid": (716, 49),
     "InvertedPendulum": (963, 22),
+}
+
+
+# CleanRL's ppo_atari.py at 10M agent steps (40M frames), 3 seeds, mean +- std (its docs' table).
+CLEANRL_ATARI_10M = {
+    "atari_pong": (20.36, 0.20),
+    "atari_breakout": (414.66, 28.09),
+    "atari_beam_rider": (1915.93, 484.58),
 }
 
 
@@ -148,6 +156,9 @@ def evaluate(run: Run, episodes: int, checkpoint: str = "latest") -> float:
 
 
 def reference(env: str) -> str:
+    if env in CLEANRL_ATARI_10M:
+        mean, std = CLEANRL_ATARI_10M[env]
+        return f"{mean:,} +- {std} (10M)"
     ref = CLEANRL_1M.get(env.split("-")[0])
     return f"{ref[0]:,} +- {ref[1]}" if ref else ""
 
@@ -164,7 +175,7 @@ def table(results: list[Result], env_steps: int) -> str:
         "best eval: the same for the best checkpoint by training return (Sample Factory's published measure).",
         "",
         "| env | seeds | mean | std | min | median | eval median | best eval median | steps reached "
-        "| wall per run (s) | CleanRL PPO at 1M | SF2 APPO at 10M | by seed (train ; eval ; best eval) |",
+        "| wall per run (s) | CleanRL PPO (1M; Atari 10M) | SF2 APPO at 10M | by seed (train ; eval ; best eval) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for env in dict.fromkeys(r.run.env for r in results):
