@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from throughput import appo_fps, foreign_cpu, summary  # noqa: E402
+from throughput import foreign_cpu, steady_fps, summary  # noqa: E402
 
 FRAMESKIP = 4
 
@@ -150,6 +150,28 @@ def sf_fps(sf_python: str, game: str, seconds: float, warmup: float, workers: in
     return (f1 - f0) / (t1 - t0) / FRAMESKIP
 
 
+PROFILE = re.compile(r"\] INFO (actor worker \d+|learner \d+) profile: wall=([\d.]+)s (.*)$")
+
+
+def appo_run(env: str, seconds: float, warmup: float, extra: list[str], sampler_only: bool) -> tuple[float, str]:
+    """Steady-state agent steps/s of train_appo.py, and where its processes spent their time (each actor worker's
+    and learner's own profile lines: env stepping, acting, waiting; training)."""
+    train_dir = Path(tempfile.mkdtemp(prefix="appo_tp_"))
+    cmd = [sys.executable, "train_appo.py", f"--env={env}", "--experiment=tp", f"--train_dir={train_dir}"]
+    cmd += [f"--train_for_seconds={seconds + warmup + 10}", "--report_interval=2", "--save_every_sec=1e9"]
+    cmd += [f"--sampler_only={sampler_only}", *extra]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    fps = steady_fps(train_dir / "tp" / "summaries", warmup)
+    where = []
+    for line in (train_dir / "tp" / "log.txt").read_text(errors="replace").splitlines():
+        match = PROFILE.search(line)
+        if match:
+            parts = re.findall(r"(\w+)=[\d.]+s \((\d+)%\)", match.group(3))
+            where.append(f"{match.group(1)}: " + " ".join(f"{name} {pct}%" for name, pct in parts))
+    shutil.rmtree(train_dir, ignore_errors=True)
+    return fps, "; ".join(where)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--game", default="pong")
@@ -176,13 +198,13 @@ def main() -> int:
             )
         env = f"atari_{args.game}"
         if "sampler" not in args.skip:
-            rows.setdefault("appo sampler only", []).append(
-                appo_fps(env, args.seconds, args.warmup, appo_flags, sampler_only=True)
-            )
+            fps, where = appo_run(env, args.seconds, args.warmup, appo_flags, sampler_only=True)
+            rows.setdefault("appo sampler only", []).append(fps)
+            print(f"  appo sampler only: {where}", flush=True)
         if "appo" not in args.skip:
-            rows.setdefault("appo training", []).append(
-                appo_fps(env, args.seconds, args.warmup, appo_flags, sampler_only=False)
-            )
+            fps, where = appo_run(env, args.seconds, args.warmup, appo_flags, sampler_only=False)
+            rows.setdefault("appo training", []).append(fps)
+            print(f"  appo training: {where}", flush=True)
         if "sf" not in args.skip and args.sf_python:
             rows.setdefault("Sample Factory 2.1.1 training", []).append(
                 sf_fps(args.sf_python, args.game, args.seconds, args.warmup, args.workers, args.envs, 2)
