@@ -20,7 +20,6 @@ Each figure is the median of `--repeats` runs, with min and max; the CPU used by
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import re
 import shutil
@@ -31,17 +30,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from throughput import foreign_cpu, steady_fps, summary  # noqa: E402
+from throughput import foreign_cpu, steady_fps, summary, summed_rates  # noqa: E402
 
 FRAMESKIP = 4
 
 
-def _gym_worker(game: str, envs: int, seconds: float, out: mp.Queue) -> None:
+def _gym_worker(game: str, envs: int, seconds: float, out: Any) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     import numpy as np
 
@@ -63,15 +63,7 @@ def _gym_worker(game: str, envs: int, seconds: float, out: mp.Queue) -> None:
 
 
 def raw_gym_fps(game: str, procs: int, envs: int, seconds: float) -> float:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    workers = [ctx.Process(target=_gym_worker, args=(game, envs, seconds, out)) for _ in range(procs)]
-    for w in workers:
-        w.start()
-    total = sum(out.get(timeout=seconds + 120) for _ in workers)
-    for w in workers:
-        w.join()
-    return total
+    return summed_rates(_gym_worker, (game, envs, seconds), procs, seconds)
 
 
 def raw_vector_fps(game: str, procs: int, envs: int, seconds: float) -> float:

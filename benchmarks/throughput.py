@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _raw_worker(env_name: str, seconds: float, out: mp.Queue, actions: str, std: float) -> None:
+def _raw_worker(env_name: str, seconds: float, actions: str, std: float, out: mp.Queue) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     import gymnasium as gym
     import numpy as np
@@ -67,17 +68,21 @@ def _raw_worker(env_name: str, seconds: float, out: mp.Queue, actions: str, std:
     out.put(steps / (time.perf_counter() - start))
 
 
-def raw_fps(env_name: str, procs: int, seconds: float, actions: str = "sample", std: float = 1.0) -> float:
+def summed_rates(target: Callable[..., None], args: tuple, procs: int, seconds: float) -> float:
+    """Start `procs` spawned processes of `target(*args, out)`, each putting its steps/s on `out`; their sum."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    args = (env_name, seconds, out, actions, std)
-    workers = [ctx.Process(target=_raw_worker, args=args) for _ in range(procs)]
+    workers = [ctx.Process(target=target, args=(*args, out)) for _ in range(procs)]
     for w in workers:
         w.start()
     total = sum(out.get(timeout=seconds + 120) for _ in workers)
     for w in workers:
         w.join()
     return total
+
+
+def raw_fps(env_name: str, procs: int, seconds: float, actions: str = "sample", std: float = 1.0) -> float:
+    return summed_rates(_raw_worker, (env_name, seconds, actions, std), procs, seconds)
 
 
 def initial_std(env_name: str, extra: list[str]) -> float:
