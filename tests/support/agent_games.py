@@ -1,0 +1,143 @@
+"""Multi-agent games for the tests of appo/envs/multi_agent.py and appo/sampling/agent_split.py, in PettingZoo's
+Parallel API by shape (duck-typed, no pettingzoo import): used directly, or as --env=tests.support.agent_games:Name.
+
+`LeaveJoinGame`: three agents "a", "b", "c". "a" and "b" play from the reset; "c" joins after `join_after` steps (it
+is in the observations and `agents` that step returns, and acts from the next step); "a" terminates at step
+`a_leaves` while the others play on; at step `length` "b" is truncated and "c" terminates, which ends the game.
+Everything is deterministic: an agent's observation is [step, agent number, its last action (-1 before its first),
+game number], its reward `action + step / 4 + agent number` (exact in float32). The timings depend on the `index`
+the game is built with and on its game number, so games of one split end at different steps and the game lengths
+change from game to game.
+
+`BrokenGame` breaks the contract at step `at_step` on demand: "missing" leaves live agent "b" out of the rewards,
+terminations and truncations; "nan" gives "b" a NaN reward; "spaces" gives "c" another observation space from then
+on; "raise" raises a RuntimeError (an env that crashes, not one that breaks the contract). `UnequalSpacesGame`
+gives "c" more actions than the others from the start. The factories below build broken games for --env
+(`missing_agent_game`, `nan_reward_game`, `changing_spaces_game`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+AGENTS = ("a", "b", "c")
+OBS = spaces.Box(-1000.0, 1000.0, (4,), np.float32)
+ACTIONS = spaces.Discrete(3)
+
+
+class LeaveJoinGame:
+    """Agents leave early and join late (see the module docstring)."""
+
+    metadata = {"name": "leave_join"}
+
+    def __init__(self, index: int = 0, render_mode: str | None = None, **_: Any) -> None:
+        self.index = int(index)
+        self.render_mode = render_mode
+        self.possible_agents = list(AGENTS)
+        self.agents: list[str] = []
+        self.games = -1
+        self.steps = 0
+        self.last = dict.fromkeys(AGENTS, -1)
+
+    # The timings of the current game (a function of the game's index and number only).
+    @property
+    def join_after(self) -> int:
+        return 1 + (self.index + self.games) % 2
+
+    @property
+    def a_leaves(self) -> int:
+        return 3 + self.index % 2
+
+    @property
+    def length(self) -> int:
+        return 5 + (self.index + self.games) % 3
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return OBS
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return ACTIONS
+
+    def _obs(self, agent: str) -> np.ndarray:
+        return np.array([self.steps, AGENTS.index(agent), self.last[agent], self.games], dtype=np.float32)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.games += 1
+        self.steps = 0
+        self.last = dict.fromkeys(AGENTS, -1)
+        self.agents = ["a", "b"]
+        return {agent: self._obs(agent) for agent in self.agents}, {agent: {} for agent in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        if set(actions) != set(self.agents):
+            raise ValueError(f"leave_join: actions for {sorted(actions)}, agents in the game are {self.agents}")
+        self.steps += 1
+        s = self.steps
+        rewards, terms, truncs = {}, {}, {}
+        for agent in self.agents:
+            self.last[agent] = int(actions[agent])
+            rewards[agent] = float(actions[agent]) + s / 4 + AGENTS.index(agent)
+            terms[agent] = (agent == "a" and s == self.a_leaves) or (agent == "c" and s >= self.length)
+            truncs[agent] = agent == "b" and s >= self.length
+        obs = {agent: self._obs(agent) for agent in self.agents}  # ended agents get their last observation too
+        self.agents = [agent for agent in self.agents if not (terms[agent] or truncs[agent])]
+        if s == self.join_after and self.agents:
+            self.agents.append("c")
+            obs["c"] = self._obs("c")
+        return obs, rewards, terms, truncs, {agent: {} for agent in obs}
+
+    def render(self) -> np.ndarray:
+        return np.zeros((8, 8, 3), np.uint8)
+
+    def close(self) -> None:
+        pass
+
+
+class BrokenGame(LeaveJoinGame):
+    """A LeaveJoinGame that breaks the contract at step `at_step` (see the module docstring)."""
+
+    def __init__(self, fault: str, at_step: int = 2, **kwargs: Any) -> None:
+        if fault not in ("missing", "nan", "spaces", "raise"):
+            raise ValueError(f"unknown fault {fault!r}")
+        super().__init__(**kwargs)
+        self.fault, self.at_step = fault, at_step
+        self.total = 0
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        if self.fault == "spaces" and agent == "c" and self.total >= self.at_step:
+            return spaces.Box(-1000.0, 1000.0, (5,), np.float32)
+        return OBS
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        if self.fault == "raise" and self.total + 1 == self.at_step:
+            self.total += 1
+            raise RuntimeError("leave_join: raised on purpose")
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        self.total += 1
+        if self.total == self.at_step and self.fault == "missing":
+            for table in (rewards, terms, truncs):
+                del table["b"]
+        if self.total == self.at_step and self.fault == "nan":
+            rewards["b"] = float("nan")
+        return obs, rewards, terms, truncs, infos
+
+
+class UnequalSpacesGame(LeaveJoinGame):
+    """Agent "c" has four actions, the others three."""
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(4) if agent == "c" else ACTIONS
+
+
+def missing_agent_game(**kwargs: Any) -> BrokenGame:
+    return BrokenGame("missing", **kwargs)
+
+
+def nan_reward_game(**kwargs: Any) -> BrokenGame:
+    return BrokenGame("nan", **kwargs)
+
+
+def changing_spaces_game(**kwargs: Any) -> BrokenGame:
+    return BrokenGame("spaces", **kwargs)
