@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from appo.envs.multi_agent import AgentEnv, is_parallel_env
 from appo.envs.presets import ATARI_PREFIXES
 from appo.utils.seeding import incarnation_seed
 
@@ -37,13 +38,15 @@ def _from_class_path(name: str, kwargs: dict[str, Any]) -> gym.Env:
 
 
 def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
-    """Build the env called `name`. `max_episode_steps` > 0 overrides the env's own time limit."""
+    """Build the env called `name`. `max_episode_steps` > 0 overrides the env's own time limit. A multi-agent env
+    (PettingZoo's Parallel API) comes back as an `AgentEnv` (appo/envs/multi_agent.py): a row per agent."""
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     if name in PROJECT_ENVS:
         # Project constructors apply their own TimeLimit (their default episode length) and take the override.
         limit = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
-        return PROJECT_ENVS[name](**limit, **kwargs)
+        env = PROJECT_ENVS[name](**limit, **kwargs)
+        return AgentEnv(env, name) if is_parallel_env(env) else env
     if name.startswith(ATARI_PREFIXES):
         from appo.envs.atari import atari_env
 
@@ -55,6 +58,8 @@ def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = No
             return env
     if ":" in name:
         env = _from_class_path(name, kwargs)
+        if is_parallel_env(env):  # many agents in one env (a PettingZoo Parallel env): a row per agent
+            return AgentEnv(env, name)
     else:
         try:
             # The passive env checker costs time on every step; envs are checked by tests instead.
@@ -238,6 +243,15 @@ def _project_env(module: str, class_name: str, max_episode_steps: int = 0, **kwa
     steps = max_episode_steps if max_episode_steps > 0 else env.default_episode_steps
     return gym.wrappers.TimeLimit(env, max_episode_steps=steps)
 
+
+def _game(module: str, class_name: str, max_episode_steps: int = 0, **kwargs: Any) -> Any:
+    """A project multi-agent game (a Parallel env: appo/envs/multi_agent.py), `max_episode_steps` > 0 as its own
+    step limit (`max_steps`)."""
+    limit = {"max_steps": max_episode_steps} if max_episode_steps > 0 else {}
+    return getattr(importlib.import_module(module), class_name)(**limit, **kwargs)
+
+
+PROJECT_ENVS["paddle_duel"] = partial(_game, "appo.envs.paddle_duel", "PaddleDuelEnv")
 
 # Meta-task families (envs/tasks.py): name -> (module, class). Registering imports none of those modules.
 _PROJECT_ENV_CLASSES: dict[str, tuple[str, str]] = {

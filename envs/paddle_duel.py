@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -44,6 +45,11 @@ class PaddleDuelEnv:
     """Two-paddle Pong, one rally per game (see the module docstring)."""
 
     metadata = {"render_modes": ["rgb_array"], "name": "paddle_duel"}
+
+    @staticmethod
+    def scripted_policy(obs: np.ndarray) -> int:
+        """The evaluation opponent (the engine's evaluations play a policy against it): `scripted_action`."""
+        return scripted_action(obs)
 
     def __init__(
         self,
@@ -228,3 +234,36 @@ def play_games(
             losses += 1
     env.close()
     return {"wins": wins, "losses": losses, "draws": draws, "win_rate": wins / games if games else 0.0}
+
+
+class PaddleDuelVsScripted(gym.Env):
+    """The same game as a single-agent gymnasium env: the agent plays one side (left in even games, right in odd
+    ones) against `scripted_action`. The single-agent twin of paddle_duel at the same cost per game step, for
+    comparing the multi-agent engine's throughput with the single-agent one's (benchmarks/multi_agent.py)."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, max_steps: int = 400, render_mode: str | None = None, **kwargs: Any) -> None:
+        self.game = PaddleDuelEnv(max_steps=max_steps, render_mode=render_mode, **kwargs)
+        self.observation_space = self.game.observation_space(AGENTS[0])
+        self.action_space = self.game.action_space(AGENTS[0])
+        self.render_mode = render_mode
+        self.games = 0
+        self.side, self.other, self.obs = AGENTS[0], AGENTS[1], {}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        self.side, self.other = (AGENTS[0], AGENTS[1]) if self.games % 2 == 0 else (AGENTS[1], AGENTS[0])
+        self.games += 1
+        self.obs, _ = self.game.reset(seed=seed)
+        return self.obs[self.side], {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        moves = {self.side: int(action), self.other: scripted_action(self.obs[self.other])}
+        self.obs, rewards, terms, truncs, infos = self.game.step(moves)
+        return self.obs[self.side], rewards[self.side], terms[self.side], truncs[self.side], infos[self.side]
+
+    def render(self) -> Any:
+        return self.game.render()
+
+    def close(self) -> None:
+        self.game.close()

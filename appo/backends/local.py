@@ -17,6 +17,7 @@ from appo.backends.supervision import Supervisor
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.learning.checkpoint import load_latest
+from appo.learning.snapshot_pool import attach_snapshots
 from appo.models.numpy_twins import numpy_description
 from appo.models.registry import make_model
 from appo.protocol.messages import Stop
@@ -83,6 +84,8 @@ class LocalBackend:
         template = make_model(cfg, *spaces)
         self.params = [ParamStore(template) for _ in range(cfg.num_policies)]
         publish_checkpoints(self.params, template, exp_dir)
+        # Every weight set inference serves: the policies', then their self-play snapshots (none without a pool).
+        self.weight_sets = self.params + attach_snapshots(cfg, self.params, template)
         # What acting actor workers build their numpy passes from (appo/numpy_policy/).
         self.description = numpy_description(template) if self.topology.actors_act else None
         self.queues: Queues = wire(cfg.num_workers, cfg.num_policies)
@@ -114,7 +117,7 @@ class LocalBackend:
         for p in topo.learners:
             self.start_learner_ranks(p)
         for p, i in topo.policy_workers:
-            params = self.params if topo.shared_policy_workers else self.params[p]
+            params = self.weight_sets if topo.shared_policy_workers else self.params[p]
             args = (*common, p, i, self.buffers, params, self.spaces, self.device, self.control, q)
             sup.add("policy_workers", f"policy_worker_{p}_{i}", run_policy_worker, lambda _inc, a=args: a, True)
         log.info(
@@ -132,7 +135,7 @@ class LocalBackend:
         from appo.sampling.actor_worker import run_actor_worker
 
         cfg, q = self.cfg, self.queues
-        acting = (self.params, self.description) if self.topology.actors_act else ()
+        acting = (self.weight_sets, self.description) if self.topology.actors_act else ()
         assert self.sup is not None
         for w in self.topology.actors:
             # Shared tensors as numpy arrays and the stores as ParamViews: the worker never imports torch (unless

@@ -29,7 +29,8 @@ def plan(cfg: Cfg) -> Topology:
     from appo.sampling.inference import actors_act
 
     acting = actors_act(cfg)
-    shared = cfg.shared_policy_workers and cfg.num_policies > 1
+    # Self-play snapshots are weight sets beside the policies': one set of policy workers serves them all.
+    shared = (cfg.shared_policy_workers and cfg.num_policies > 1) or cfg.selfplay_pool > 0
     served = [] if acting else [0] if shared else list(range(cfg.num_policies))
     return Topology(
         learners=tuple(range(cfg.num_policies)),

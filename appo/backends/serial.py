@@ -13,6 +13,7 @@ from appo.backends.plan import plan
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.learning.learner import Learner
+from appo.learning.snapshot_pool import attach_snapshots
 from appo.models.registry import make_model
 from appo.protocol.messages import Stop
 from appo.protocol.param_sync import ParamStore
@@ -46,11 +47,12 @@ class SerialBackend:
         self.topology = plan(cfg)
         self.queues = wire(cfg.num_workers, cfg.num_policies, local=True)
         self.params = [ParamStore(make_model(cfg, *spaces)) for _ in range(cfg.num_policies)]
+        weight_sets = self.params + attach_snapshots(cfg, self.params, make_model(cfg, *spaces))
         self.learners = [
             Learner(cfg, derived, p, buffers, self.params[p], spaces, checkpoint_dir(exp_dir, p), device, control)
             for p in self.topology.learners
         ]
-        self.policy_workers = make_policy_workers(cfg, derived, buffers, self.params, spaces, device, control)
+        self.policy_workers = make_policy_workers(cfg, derived, buffers, weight_sets, spaces, device, control)
         self.actors = [ActorWorker(cfg, derived, w, buffers, control) for w in self.topology.actors]
         self.evaluator = Evaluator(cfg, spaces, self.params) if self.topology.evaluation_interval > 0 else None
 

@@ -174,6 +174,15 @@ class EvalCfg:
 
 
 @dataclass
+class SelfPlayCfg:
+    selfplay_pool: int = _f(
+        0, "multi-agent envs: frozen past snapshots of each policy kept as opponents; 0: agents play the policy itself"
+    )
+    selfplay_snapshot_every: int = _f(200, "learner versions (train/version) between snapshots into the pool")
+    selfplay_pool_prob: float = _f(0.5, "share of games whose opponents are a pool snapshot (once the pool has one)")
+
+
+@dataclass
 class PbtCfg:
     with_pbt: bool = _f(False, "population-based training of the --num_policies policies")
     pbt_period_env_steps: int = _f(5_000_000, "a policy's env steps between its PBT decisions")
@@ -207,7 +216,19 @@ class TrackingCfg:
 
 
 @dataclass
-class Cfg(RunCfg, SamplingCfg, LearningCfg, *flag_groups(), ModelCfg, MetaCfg, EvalCfg, PbtCfg, RayCfg, TrackingCfg):  # type: ignore[misc]
+class Cfg(
+    RunCfg,
+    SamplingCfg,
+    LearningCfg,
+    *flag_groups(),
+    ModelCfg,
+    MetaCfg,
+    EvalCfg,
+    SelfPlayCfg,
+    PbtCfg,
+    RayCfg,
+    TrackingCfg,
+):  # type: ignore[misc]
     """The whole configuration of a run: every flag, flat (each algorithm's own flags included)."""
 
     @property
@@ -235,6 +256,7 @@ GROUPS: list[tuple[str, type]] = [
     ("model", ModelCfg),
     ("meta", MetaCfg),
     ("evaluation", EvalCfg),
+    ("self-play", SelfPlayCfg),
     ("population-based training", PbtCfg),
     ("ray", RayCfg),
     ("experiment tracking", TrackingCfg),

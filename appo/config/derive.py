@@ -21,12 +21,18 @@ class Derived:
     slot_groups_per_split: int
     num_slots: int
     recurrence: int
+    # Rows of the trajectory tensors per env: its agents (appo/envs/multi_agent.py); 1 for single-agent envs. An
+    # env index (envs_per_split, num_envs_total, control-channel rows) then counts agent rows.
+    agents_per_env: int = 1
+    multi_agent: bool = False
 
 
-def derive(cfg: Cfg) -> Derived:
-    envs_per_split = cfg.num_envs_per_worker // max(cfg.worker_num_splits, 1)
+def derive(cfg: Cfg, agents_per_env: int = 1, multi_agent: bool = False) -> Derived:
+    """The layout of a run of `cfg` whose env has `agents_per_env` agents (a multi-agent env, `multi_agent`: each
+    of --num_envs_per_worker envs takes that many rows)."""
+    envs_per_split = cfg.num_envs_per_worker // max(cfg.worker_num_splits, 1) * agents_per_env
     num_splits_total = cfg.num_workers * cfg.worker_num_splits
-    num_envs_total = cfg.num_workers * cfg.num_envs_per_worker
+    num_envs_total = cfg.num_workers * cfg.num_envs_per_worker * agents_per_env
     samples = cfg.batch_size * cfg.num_batches_per_epoch
     minibatches = cfg.num_batches_per_epoch
     steps_per_round = max(num_envs_total * cfg.rollout, 1)  # one rollout of every env
@@ -64,6 +70,8 @@ def derive(cfg: Cfg) -> Derived:
         slot_groups_per_split=groups,
         num_slots=num_splits_total * groups * envs_per_split,
         recurrence=cfg.rollout if cfg.recurrence == -1 else cfg.recurrence,
+        agents_per_env=agents_per_env,
+        multi_agent=multi_agent,
     )
 
 

@@ -25,6 +25,19 @@ def _family_sizes(cfg: Cfg) -> list[str]:
     return errors + _positive(cfg, ["mdp_states", "mdp_actions", "mdp_episode_steps"])
 
 
+def _selfplay(cfg: Cfg) -> list[str]:
+    errors = []
+    if cfg.selfplay_pool < 0:
+        errors.append(f"--selfplay_pool={cfg.selfplay_pool}: must be >= 0 (0: no pool)")
+    if cfg.selfplay_snapshot_every < 1:
+        errors.append(f"--selfplay_snapshot_every={cfg.selfplay_snapshot_every}: must be >= 1")
+    if not 0.0 <= cfg.selfplay_pool_prob <= 1.0:
+        errors.append(f"--selfplay_pool_prob={cfg.selfplay_pool_prob}: must be in [0, 1]")
+    if cfg.selfplay_pool > 0 and cfg.backend == "ray":
+        errors.append("--selfplay_pool: runs on the local backend and in --serial_mode, not --backend=ray yet")
+    return errors
+
+
 def verify(cfg: Cfg) -> list[str]:
     """Every problem with the cfg, one line each naming the flag, its value and what would be valid."""
     errors = _positive(
@@ -66,6 +79,7 @@ def verify(cfg: Cfg) -> list[str]:
     if cfg.save_best_metric == "eval" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
         errors.append("--save_best_metric=eval: needs --eval_interval > 0 (or --meta_test_interval for task envs)")
     errors += _family_sizes(cfg) + value_trunk_errors(cfg)
+    errors += _selfplay(cfg)
     if cfg.train_for_iterations < 0:
         errors.append(f"--train_for_iterations={cfg.train_for_iterations}: must be >= 0 (0: no limit)")
     if cfg.max_policy_lag < 0:

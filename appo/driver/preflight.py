@@ -17,6 +17,7 @@ from appo.config.derive import derive
 from appo.config.verify import verify_or_exit
 from appo.driver.run_lock import hold_run_dir
 from appo.envs import UnknownEnvError, make_run_env, make_task_assigner
+from appo.envs.multi_agent import AgentEnvError
 from appo.models.registry import make_model
 from appo.protocol.buffers import shared_bytes
 from appo.protocol.processes import process_title, set_process_title
@@ -74,12 +75,24 @@ def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> tuple[int, int] | No
     return min(c[0] for c in counters), min(c[1] for c in counters)
 
 
-def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], shm: str = "/dev/shm") -> None:
+def multi_agent_problem(cfg: Cfg, multi_agent: bool) -> str | None:
+    """Why this run cannot train its env, as one line naming the flag (None: it can): a multi-agent env trains with
+    the PPO family on plain runs; --selfplay_pool needs one."""
+    if not multi_agent:
+        return f"--selfplay_pool={cfg.selfplay_pool}: needs a multi-agent env" if cfg.selfplay_pool > 0 else None
+    if cfg.algo != "appo":
+        return f"--algo={cfg.algo}: multi-agent envs (--env={cfg.env}) train with --algo=appo"
+    if cfg.task_schedule != "none":
+        return f"--task_schedule={cfg.task_schedule}: multi-agent envs (--env={cfg.env}) take none"
+    return None
+
+
+def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], derived: Any = None, shm: str = "/dev/shm") -> None:
     """Refuse to start (exit 2) when /dev/shm cannot hold the run's shared tensors and queues: otherwise a
     worker would die with SIGBUS mid-run (Docker's default /dev/shm is 64 MB)."""
     if cfg.serial_mode or not os.path.isdir(shm):
         return
-    need = shared_bytes(cfg, derive(cfg), *spaces) + queue_bytes(cfg.num_workers, cfg.num_policies)
+    need = shared_bytes(cfg, derived or derive(cfg), *spaces) + queue_bytes(cfg.num_workers, cfg.num_policies)
     free = shutil.disk_usage(shm).free
     if need * 1.1 > free:
         print(
@@ -103,14 +116,21 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
     verify_or_exit(cfg)
     try:
         env = make_run_env(cfg)
-    except UnknownEnvError as exc:
+    except (UnknownEnvError, AgentEnvError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     spaces = (env.observation_space, env.action_space)
+    multi_agent = bool(getattr(env, "is_multi_agent", False))
+    agents = int(getattr(env, "num_agents", 1)) if multi_agent else 1
+    problem = multi_agent_problem(cfg, multi_agent)
+    if problem:
+        env.close()
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     assigner = make_task_assigner(cfg, env, 0)
     num_tasks = len(assigner.tasks) if assigner is not None else 0  # train tasks the control channel may name
     env.close()
-    check_shared_memory(cfg, spaces)
+    check_shared_memory(cfg, spaces, derive(cfg, agents, multi_agent))
     spent = spent_at_resume(cfg, spaces)
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
@@ -122,4 +142,4 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
     set_process_title(process_title(cfg, "driver"))
     if spent:
         log.info("nothing to train: the run's checkpoints have %s; raise that budget to train on", spent)
-    return exp_dir, spaces, derive(cfg), num_tasks, spent
+    return exp_dir, spaces, derive(cfg, agents, multi_agent), num_tasks, spent

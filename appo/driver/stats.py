@@ -39,6 +39,7 @@ class PolicyStats:
         self.unwritten_evals: list[EvalReport] = []  # every evaluation since the last summary write, in order
         self.unwritten_events: list[tuple[int, str, float]] = []  # (env steps, tag, value): learners' evaluations
         self.hparams: dict[str, float] = {}  # current values of the hyperparameters PBT may change
+        self.pool_returns: deque[float] = deque(maxlen=RETURN_WINDOW)  # games against self-play snapshots
 
     def add_trials(self, trials: list[dict]) -> None:
         for trial in trials:
@@ -72,6 +73,7 @@ class Stats:
         p.lengths.extend(msg.lengths)
         p.episodes += len(msg.returns)
         p.add_trials(msg.trials)
+        p.pool_returns.extend(msg.pool_returns)
         if msg.busy >= 0:
             self.actor_busy[msg.worker_idx] = msg.busy
 
@@ -221,6 +223,10 @@ class SummaryWriters:
             writer.add_scalar(f"episode/return_ep{k}", sum(values) / len(values), step)
         for bucket, values in p.by_task.items():
             writer.add_scalar(f"episode_by_task/{bucket}", sum(values) / len(values), step)
+        if p.pool_returns:  # self-play: the policy's last games against its pool of past selves
+            writer.add_scalar("selfplay/pool_return_mean", sum(p.pool_returns) / len(p.pool_returns), step)
+            wins = sum(r > 0 for r in p.pool_returns) / len(p.pool_returns)
+            writer.add_scalar("selfplay/pool_win_rate", wins, step)
 
     @staticmethod
     def write_eval(writer: Any, report: EvalReport) -> None:

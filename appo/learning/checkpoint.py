@@ -213,3 +213,40 @@ def load_latest(ckpt_dir: Path, map_location: str | torch.device = "cpu") -> tup
                 "failed to load checkpoint %s (%s: %s); falling back to an older one", path, type(e).__name__, e
             )
     return None
+
+
+REPLAY_FILE = "replay.pth"  # beside the checkpoints: an off-policy algorithm's replay (--save_replay)
+REPLAY_STAMP = "saved_with_checkpoint"  # in the replay file: the version and env steps of its checkpoint
+
+
+def save_replay(ckpt_dir: Path, replay: dict[str, Any], version: int, env_steps: int) -> None:
+    """An off-policy algorithm's replay beside the checkpoints, stamped with the checkpoint it goes with (a kill
+    between the two writes shows on resume)."""
+    stamp = {"version": version, "env_steps": env_steps}
+    save_snapshot({**replay, REPLAY_STAMP: stamp}, ckpt_dir / REPLAY_FILE)
+
+
+def load_replay(
+    ckpt_dir: Path, device: str, policy_id: int, checkpoint: Path, version: int, env_steps: int
+) -> dict[str, Any] | None:
+    """The replay saved beside the checkpoints (None: there is none). One saved with another checkpoint than the one
+    resumed (`checkpoint`, at `version` and `env_steps`: the learner was killed between the two writes, or the
+    newest checkpoint was unreadable) is loaded all the same (its transitions are as good), with a warning naming
+    both."""
+    if not (ckpt_dir / REPLAY_FILE).is_file():
+        return None
+    state = load_checkpoint(ckpt_dir / REPLAY_FILE, device)
+    stamp = state.pop(REPLAY_STAMP, None)
+    if stamp is not None and (int(stamp["version"]), int(stamp["env_steps"])) != (version, env_steps):
+        log.warning(
+            "learner %d: %s was saved with the checkpoint of version %d (%d env steps), not with %s (version %d, "
+            "%d env steps): it holds the transitions up to then",
+            policy_id,
+            REPLAY_FILE,
+            int(stamp["version"]),
+            int(stamp["env_steps"]),
+            checkpoint.name,
+            version,
+            env_steps,
+        )
+    return state

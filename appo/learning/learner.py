@@ -5,6 +5,7 @@ run as a process is appo/learning/learner_process.py. --serial_mode drives this 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import random
@@ -25,8 +26,17 @@ from appo.config.cfg import Cfg
 from appo.config.derive import Derived, budget_fraction
 from appo.config.pbt import initial_hparams, policy_hparams
 from appo.learning.batcher import Batch, Batcher, within_lag
-from appo.learning.checkpoint import load_checkpoint, load_latest, save_best, save_checkpoint, save_snapshot
+from appo.learning.checkpoint import (
+    load_checkpoint,
+    load_latest,
+    load_replay,
+    save_best,
+    save_checkpoint,
+    save_replay,
+    save_snapshot,
+)
 from appo.learning.distributed import RankLink, state_digest
+from appo.learning.snapshot_pool import SnapshotPool
 from appo.models.registry import make_model
 from appo.protocol.messages import (
     CopyPolicy,
@@ -40,9 +50,6 @@ from appo.protocol.messages import (
 from appo.protocol.param_sync import ParamStore
 from appo.utils.logging import log
 from appo.utils.timing import Timing
-
-REPLAY_FILE = "replay.pth"  # beside the checkpoints: an off-policy algorithm's replay (--save_replay)
-REPLAY_STAMP = "saved_with_checkpoint"  # in the replay file: the version and env steps of its checkpoint
 
 
 class Learner:
@@ -90,6 +97,8 @@ class Learner:
         # "replay": every trajectory, one at a time as it arrives, however old (the algorithm keeps a replay).
         self.is_off_policy = spec.consumes == "replay"
         self.algorithm.publish = self.publish
+        versions = control.get("snapshot_versions") if control is not None else None
+        self.pool = SnapshotPool(cfg, policy_id, params.snapshots if params is not None else [], versions)
         # Synchronous PPO with one policy: an iteration is the same number of groups from every split (appo/learning/
         # batcher.py _take_rounds), which with --collect_ahead keeps every sample within one version.
         synchronous = not (self.is_off_policy or cfg.async_rl or cfg.num_policies > 1)
@@ -140,8 +149,9 @@ class Learner:
                 self.set_hparams(state["hparams"])
             if "random_states" in state:
                 set_random_states(state["random_states"])
-            if (self.ckpt_dir / REPLAY_FILE).is_file():
-                self._load_replay(path)
+            replay = load_replay(self.ckpt_dir, self.device, self.policy_id, path, self.version, self.env_steps)
+            if replay is not None:
+                self.algorithm.load_replay_state(replay)
             log.info(
                 "learner %d resumed from %s (version %d, %d env steps)",
                 self.policy_id,
@@ -186,6 +196,8 @@ class Learner:
     def _load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.algorithm.load_state_dict(state)
+        if "snapshot_pool" in state and self.pool.stores:
+            self.pool.load_state_dict(state["snapshot_pool"], copy.deepcopy(self.model))
 
     def state(self) -> dict[str, Any]:
         return {
@@ -198,7 +210,7 @@ class Learner:
             "hparams": dict(self.hparams),
             "algo": self.cfg.algo,
             "random_states": random_states(),
-        }
+        } | ({"snapshot_pool": self.pool.state_dict()} if self.pool.stores else {})
 
     def set_hparams(self, hparams: dict[str, float]) -> None:
         self.hparams = self.hparams | hparams
@@ -257,36 +269,16 @@ class Learner:
         self.last_save = time.monotonic()
         path = save_checkpoint(self.ckpt_dir, self.state(), self.version, self.env_steps, self.cfg.keep_checkpoints)
         replay = self.algorithm.replay_state()  # an off-policy algorithm's replay, when asked to keep it
-        if replay is not None:  # stamped with the checkpoint it goes with: a kill between the two writes shows
-            stamp = {"version": self.version, "env_steps": self.env_steps}
-            save_snapshot({**replay, REPLAY_STAMP: stamp}, self.ckpt_dir / REPLAY_FILE)
+        if replay is not None:
+            save_replay(self.ckpt_dir, replay, self.version, self.env_steps)
         return path
-
-    def _load_replay(self, checkpoint: Path) -> None:
-        """The replay saved beside the checkpoints. One saved with another checkpoint than the one resumed (the
-        learner was killed between the two writes, or the newest checkpoint was unreadable) is loaded all the same
-        (its transitions are as good), with a warning naming both."""
-        state = load_checkpoint(self.ckpt_dir / REPLAY_FILE, self.device)
-        stamp = state.pop(REPLAY_STAMP, None)
-        if stamp is not None and (int(stamp["version"]), int(stamp["env_steps"])) != (self.version, self.env_steps):
-            log.warning(
-                "learner %d: %s was saved with the checkpoint of version %d (%d env steps), not with %s (version %d, "
-                "%d env steps): it holds the transitions up to then",
-                self.policy_id,
-                REPLAY_FILE,
-                int(stamp["version"]),
-                int(stamp["env_steps"]),
-                checkpoint.name,
-                self.version,
-                self.env_steps,
-            )
-        self.algorithm.load_replay_state(state)
 
     def publish(self) -> None:
         """Hand the newest weights to the actors as a new version (after each iteration, and whenever an
         algorithm doing many updates per iteration asks)."""
         self.version += 1
         self.params.publish(self.model, self.version)
+        self.pool.after_publish(self.model, self.version)
 
     def maybe_save(self) -> None:
         if not self.is_lead:

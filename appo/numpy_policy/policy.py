@@ -136,6 +136,8 @@ class Policy:
         own = env is None
         env = self.make_env() if own else env
         returns: list[float] = []
+        if getattr(env, "is_multi_agent", False):  # games: against the env's scripted opponent where it has one
+            return self._evaluate_games(env, episodes, seed, own)
         try:
             while len(returns) < episodes:
                 first = not returns
@@ -152,6 +154,28 @@ class Policy:
             if own:
                 env.close()
         return returns
+
+    def _evaluate_games(self, env: Any, episodes: int, seed: int | None, own: bool) -> list[float]:
+        """`evaluate` for a multi-agent env (appo/sampling/game_episode.py): game i reset with `seed` + i."""
+        from appo.sampling.game_episode import run_game
+
+        first = self.meta["cfg"]["seed"] if seed is None else seed
+        state: dict[str, Any] = {}
+
+        def act(obs: np.ndarray, reset: np.ndarray | None) -> np.ndarray:
+            before = state.get("rnn")
+            if before is not None and (len(before) != len(obs) or reset is None):
+                before = None
+            if before is not None and reset is not None:
+                before[reset] = 0.0
+            actions, state["rnn"] = self.act(obs, before)
+            return np.asarray(actions).reshape(len(obs), -1)
+
+        try:
+            return [run_game(env, act, first + i)[0] for i in range(episodes)]
+        finally:
+            if own:
+                env.close()
 
     # --- MAML: adaptation to a task ------------------------------------------------------------------------------
     def collect(self, env: Any, episodes: int, seed: int | None = None) -> list[dict[str, np.ndarray]]:

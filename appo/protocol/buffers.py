@@ -99,8 +99,12 @@ def rnn_state_size(cfg: Cfg) -> int:
     return cfg.rnn_size * (2 if cfg.rnn_type == "lstm" else 1)
 
 
-def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> dict[str, TensorSpec]:
-    """The table of every trajectory tensor: name -> (per-slot shape, dtype)."""
+def trajectory_spec(
+    cfg: Cfg, obs_space: gym.Space, action_space: gym.Space, multi_agent: bool = False
+) -> dict[str, TensorSpec]:
+    """The table of every trajectory tensor: name -> (per-slot shape, dtype). A multi-agent run's slots are agents
+    and carry `valid`: 1.0 where the slot's agent acted, 0.0 at steps it was out of its game (masked from the
+    losses: appo/sampling/agent_split.py)."""
     import torch
 
     T = cfg.rollout
@@ -130,6 +134,8 @@ def trajectory_spec(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space) -> 
             f"--algo={cfg.algo}: trajectory fields {clash or unknown} are "
             + ("the engine's own" if clash else f"not ones actor workers fill ({', '.join(fillable)})")
         )
+    if multi_agent:
+        engine["valid"] = TensorSpec((T,), torch.float32)
     return engine | {name: fillable[name] for name in extra}
 
 
@@ -170,7 +176,7 @@ def allocate_trajectories(
     import torch
 
     tensors = {}
-    for name, spec in trajectory_spec(cfg, obs_space, action_space).items():
+    for name, spec in trajectory_spec(cfg, obs_space, action_space, derived.multi_agent).items():
         tensor = torch.full((derived.num_slots, *spec.shape), poison_value(spec.dtype), dtype=spec.dtype)
         tensors[name] = tensor.share_memory_()
     tensors["rnn_states"].zero_()  # every trajectory's first state is the zero state
@@ -214,10 +220,13 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
     - assignments [num_envs_total, 3] int64: the control channel (appo/protocol/control.py), every cell free;
     - commands [num_envs_total, 2] float32: the control channel's commands (reward-conditioned policies), NaN;
     - episode_seeds [num_envs_total, 2] int64: the control channel's episode seeds (episodic runs), -1;
+    - snapshot_versions [num_policies, selfplay_pool] int64, with --selfplay_pool only: the version of each
+      self-play snapshot (appo/learning/snapshot_pool.py), 0 for an empty slot;
     - session_start [1] float64: wall time (time.time()) this session's budget counts from, set by the driver (0:
       not set), the clock of --train_for_seconds in learners' schedules."""
     import torch
 
+    from appo.learning.snapshot_pool import allocate_snapshot_versions
     from appo.protocol.control import allocate_assignments, allocate_commands, allocate_episode_seeds
 
     num_groups = derived.num_splits_total * derived.slot_groups_per_split
@@ -232,12 +241,12 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
         "commands": allocate_commands(derived.num_envs_total),
         "episode_seeds": allocate_episode_seeds(derived.num_envs_total),
         "session_start": torch.zeros(1, dtype=torch.float64).share_memory_(),
-    }
+    } | ({"snapshot_versions": allocate_snapshot_versions(cfg)} if cfg.selfplay_pool > 0 else {})
 
 
 def shared_bytes(cfg: Cfg, derived: Derived, obs_space: gym.Space, action_space: gym.Space) -> int:
     """Bytes of /dev/shm a run needs: trajectory tensors, weights are small; queues are counted by the caller."""
     total = 0
-    for spec in trajectory_spec(cfg, obs_space, action_space).values():
+    for spec in trajectory_spec(cfg, obs_space, action_space, derived.multi_agent).values():
         total += derived.num_slots * int(np.prod(spec.shape)) * spec.dtype.itemsize
     return total

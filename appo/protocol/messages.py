@@ -96,6 +96,7 @@ class EpisodeReport(NamedTuple):
     lengths: list[int]
     trials: list[dict] = []
     busy: float = -1.0  # share of the worker's wall time spent stepping envs since its last report
+    pool_returns: list[float] = []  # of `returns`, those of games against a self-play snapshot (multi-agent)
 
 
 class TrainReport(NamedTuple):

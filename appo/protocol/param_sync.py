@@ -32,6 +32,9 @@ class ParamStore:
         self.sequence = torch.zeros(1, dtype=torch.int64).share_memory_()  # odd while a publish is copying
         self.checksum = torch.zeros(1, dtype=torch.int64).share_memory_()  # crc32 of the published state
         self.checksum[0] = self._crc()
+        # A policy's store carries its self-play snapshot stores (appo/learning/snapshot_pool.py), which its
+        # learner fills; empty without --selfplay_pool.
+        self.snapshots: list[ParamStore] = []
 
     def publish(self, model: nn.Module, version: int) -> None:
         """Copy the learner's weights in and announce `version` (one writer per store: its learner)."""

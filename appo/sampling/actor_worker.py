@@ -31,6 +31,7 @@ from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest
 from appo.protocol.processes import component_main
 from appo.protocol.shared_views import ParamViews, numpy_views
 from appo.protocol.wiring import Queues, actor_inbox, send
+from appo.sampling.agent_split import VS_POOL, AgentEnvRunner
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.inference import Inference, make_numpy_inference
 from appo.sampling.vector_split import VectorEnvRunner
@@ -77,6 +78,8 @@ class ActorWorker:
         env_fn = partial(self._build_env, cfg)
         vector_fn = make_run_vector(cfg)
         runner = EnvRunner if vector_fn is None else partial(VectorEnvRunner, vector_fn=vector_fn)
+        if derived.multi_agent:  # games of several agents, a row each
+            runner = partial(AgentEnvRunner, agents_per_env=derived.agents_per_env)
         self.runners = [
             runner(cfg, derived, worker_idx, split, views, env_fn, self.control, incarnation)
             for split in range(cfg.worker_num_splits)
@@ -169,8 +172,9 @@ class ActorWorker:
                 self.worker_idx,
                 [e[0] for e in eps],
                 [e[1] for e in eps],
-                [trial_summary(e[2]) for e in eps if e[2]],
+                [trial_summary(e[2]) for e in eps if e[2] and VS_POOL not in e[2]],
                 busy,
+                [e[0] for e in eps if e[2] and VS_POOL in e[2]],
             )
             for pid, eps in by_policy.items()
         ]

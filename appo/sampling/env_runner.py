@@ -94,7 +94,11 @@ class EnvRunner(SplitEnvs):
         self.policy_envs: dict[int, tuple[int, ...] | None] = {0: None}  # policy -> its envs (None: all)
         # Who is asked for actions: each policy for its envs, or (shared policy workers) one request for all.
         # Episodic runs act with many weight sets of one policy: one request, `slot_policy` says whose weights.
-        self.shared_inference = (cfg.shared_policy_workers and cfg.num_policies > 1) or self.episodic
+        # Self-play snapshots (--selfplay_pool) are weight sets too: one request, `slot_policy` says which acts.
+        self.shared_inference = (
+            (cfg.shared_policy_workers and cfg.num_policies > 1) or self.episodic or cfg.selfplay_pool > 0
+        )
+        self.control = control
         self.request_groups: dict[int, tuple[int, ...] | None] = {0: None}
         self.slot_policy = control["slot_policy"] if control is not None else None
         self.rng = np.random.default_rng(worker_idx * 7919 + split_idx)

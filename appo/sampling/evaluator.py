@@ -57,22 +57,18 @@ def run_episode(
     `on_frame` is called after the reset and after every step (video recording). `fast`: the numpy pass of `model`
     (its weights loaded) to act with instead of torch. `reset_options`: the env's reset options (a command). The
     one episode loop of evaluations, enjoy.py and UDRL/RCP's greedy evaluation."""
+    act = policy_actor(model, state_size, fast, deterministic)
+    if getattr(env, "is_multi_agent", False):  # a game of several agents (appo/envs/multi_agent.py)
+        from appo.sampling.game_episode import run_game
+
+        return run_game(env, act, seed, on_frame)
     obs, _ = env.reset(seed=seed, options=reset_options)
     if on_frame is not None:
         on_frame()
-    device = model_device(model) if model is not None else None
-    rnn = torch.zeros(1, state_size)
-    states = np.zeros((1, state_size), dtype=np.float32) if getattr(model, "core", None) is not None else None
     total, length = 0.0, 0
     stored = obs_dtype(env.observation_space)  # what training stored and read: uint8 frames stay uint8
     while True:
-        if fast is not None:
-            actions, _, _, states = fast.act(np.asarray(obs, dtype=stored)[None], states, deterministic)
-        else:
-            inputs = torch.as_tensor(np.asarray(obs, dtype=stored)).unsqueeze(0)
-            with torch.inference_mode():
-                out = model.act(to_device(inputs, device), to_device(rnn, device), deterministic)
-            rnn, actions = to_host(out.rnn_states), to_host(out.actions)
+        actions = act(np.asarray(obs, dtype=stored)[None], None)
         obs, reward, terminated, truncated, info = env.step(env_action(actions, env.action_space))
         total += float(reward)
         length += 1
@@ -80,6 +76,36 @@ def run_episode(
             on_frame()
         if terminated or truncated:
             return total, length, info
+
+
+def policy_actor(
+    model: torch.nn.Module | None, state_size: int, fast: NumpyPass | None, deterministic: bool
+) -> Callable[[np.ndarray, np.ndarray | None], Any]:
+    """`act(obs [B, ...], reset [B] bool or None)`: the actions [B, A] (or [B, 1]) of a batch of rows that the
+    policy plays from their first step on, with the numpy pass `fast` where given (weights loaded), else torch;
+    the recurrent state of each row is kept between calls and zeroed where `reset` says."""
+    device = model_device(model) if model is not None else None
+    state: dict[str, Any] = {}
+
+    def act(obs: np.ndarray, reset: np.ndarray | None) -> Any:
+        rows = len(obs)
+        if "rnn" not in state or len(state["rnn"]) != rows:
+            state["rnn"] = torch.zeros(rows, state_size)
+            core = getattr(model, "core", None) is not None
+            state["states"] = np.zeros((rows, state_size), dtype=np.float32) if core else None
+        if reset is not None:
+            state["rnn"][torch.as_tensor(reset)] = 0.0
+            if state["states"] is not None:
+                state["states"][reset] = 0.0
+        if fast is not None:
+            actions, _, _, state["states"] = fast.act(obs, state["states"], deterministic)
+            return actions
+        with torch.inference_mode():
+            out = model.act(to_device(torch.as_tensor(obs), device), to_device(state["rnn"], device), deterministic)
+        state["rnn"] = to_host(out.rnn_states)
+        return to_host(out.actions)
+
+    return act
 
 
 class Evaluator:

@@ -73,6 +73,17 @@ class SplitEnvs:
     def _recover_env(self, i: int, exc: Exception) -> np.ndarray:
         """Log the error (once per distinct one), rebuild the env and return its first observation. More than
         `max_env_errors` failures in a row of one env fail the run with a clear message."""
+        self._note_env_error(i, exc)
+        try:
+            self.envs[i].close()
+        except Exception:  # the broken env may not even close; it is replaced anyway
+            pass
+        self.envs[i] = self.env_fn(self.first_env + i)
+        return self._reset_env(i)
+
+    def _note_env_error(self, i: int, exc: Exception) -> None:
+        """Log env `i`'s error (once per distinct one, with its traceback); raise once it failed more than
+        --max_env_errors times in a row."""
         key = f"{type(exc).__name__}: {exc}"
         if key not in SEEN_ERRORS:
             SEEN_ERRORS.add(key)
@@ -88,12 +99,6 @@ class SplitEnvs:
                 f"env {i} of worker {self.worker_idx} failed {self.env_errors[i] + 1} times in a row "
                 f"(--max_env_errors={self.cfg.max_env_errors}); last error: {key}"
             ) from exc
-        try:
-            self.envs[i].close()
-        except Exception:  # the broken env may not even close; it is replaced anyway
-            pass
-        self.envs[i] = self.env_fn(self.first_env + i)
-        return self._reset_env(i)
 
     def _reset_env(self, i: int, trial: dict | None = None, seed: int | None = None) -> np.ndarray:
         """Start env `i`'s next episode (trial) and return its first observation; every reset of the runner

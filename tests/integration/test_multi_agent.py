@@ -158,14 +158,7 @@ def test_a_game_whose_agents_leave_early_and_join_late_trains(train_dir: Path) -
     [
         ("missing_agent_game", "step() returned no reward, termination or truncation for live agent 'b'"),
         ("nan_reward_game", "agent 'b' got a non-finite reward nan"),
-        pytest.param(
-            "changing_spaces_game",
-            "agent 'c' changed its spaces during the run",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="AgentEnv.check_spaces is never called by the engine: the run trains on (exit 0)",
-            ),
-        ),
+        ("changing_spaces_game", "agent 'c' changed its spaces during the run"),
     ],
 )
 def test_a_contract_break_stops_the_run_with_one_line_naming_the_agent(train_dir: Path, factory: str, message: str):
@@ -179,11 +172,6 @@ def test_a_contract_break_stops_the_run_with_one_line_naming_the_agent(train_dir
     assert message in (train_dir / "bad" / "log.txt").read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="appo/driver/preflight.py prepare() turns only UnknownEnvError into 'error: ...' and exit 2; the "
-    "AgentEnvError of agents with different spaces ends the run with a traceback and exit 1",
-)
 def test_agents_with_different_spaces_are_refused_before_the_run_with_one_line(train_dir: Path) -> None:
     args = [f"--env={GAMES}:UnequalSpacesGame", f"--train_dir={train_dir}", "--experiment=unequal"]
     result = run_script("train_appo.py", args, timeout=60)

@@ -13,7 +13,8 @@ import pytest
 from appo.config.cfg import merge_cfg
 from appo.config.derive import derive
 from appo.learning import learner as learner_module
-from appo.learning.learner import REPLAY_FILE, Learner
+from appo.learning.checkpoint import REPLAY_FILE
+from appo.learning.learner import Learner
 from appo.models.registry import make_model
 from appo.protocol.buffers import allocate_trajectories
 from appo.protocol.param_sync import ParamStore

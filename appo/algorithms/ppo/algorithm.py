@@ -244,11 +244,17 @@ class PPO(Algorithm):
         dist: Any,
         old_dist: Any,
         part: Part,
+        valid: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
         """PPO's total loss; `dist`: the policy's distribution over these steps (its Gaussian means for the bounds
         loss), `old_dist` the same steps' before this iteration (for the KL loss; None without); `part`: this
         rank's share of the minibatch."""
         cfg, ranks = self.cfg, self.ranks
+        if valid is not None and bool((valid > 0).any()):  # multi-agent: steps out of the game teach nothing
+            keep = valid.flatten() > 0
+            log_probs, old_log_probs, entropy, values, old_values, adv, targets = (
+                x.flatten()[keep] for x in (log_probs, old_log_probs, entropy, values, old_values, adv, targets)
+            )
         if cfg.normalize_advantage and not ranks.is_distributed and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         elif cfg.normalize_advantage and ranks.is_distributed and part.n_global > 1:
@@ -305,6 +311,7 @@ class PPO(Algorithm):
             out.dist,
             old,
             part,
+            b["valid"][n, t] if "valid" in b else None,
         )
 
     def _trajectory_loss(
@@ -338,8 +345,9 @@ class PPO(Algorithm):
         else:
             adv, targets = adv_all[idx], ret_all[idx]
         old_values = b["values"][idx]
+        valid = b["valid"][idx] if "valid" in b else None
         return self._loss(
-            out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, out.dist, old, part
+            out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, out.dist, old, part, valid
         )
 
 

@@ -153,7 +153,7 @@ def private_trajectories(
     lazily): only worker `worker_idx`'s slots, poison-filled here, ever become resident."""
     first, last = first_slot(cfg, derived, worker_idx, 0, 0), first_slot(cfg, derived, worker_idx + 1, 0, 0)
     tensors = {}
-    for name, spec in trajectory_spec(cfg, *spaces).items():
+    for name, spec in trajectory_spec(cfg, *spaces, derived.multi_agent).items():
         array = np.zeros((derived.num_slots, *spec.shape), dtype=numpy_dtype_of(spec.dtype))
         if name != "rnn_states":  # every trajectory's first state is the zero state
             array[first:last] = poison_value(spec.dtype)

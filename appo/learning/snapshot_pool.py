@@ -1,0 +1,80 @@
+"""Self-play against past selves: each policy's pool of frozen snapshots (--selfplay_pool of them), the opponents
+its agents meet in a share of multi-agent games (--selfplay_pool_prob; appo/sampling/agent_split.py draws them).
+
+Every snapshot is a weight set of its own: a ParamStore beside the policies' stores, which the inference components
+serve like any weight set (the run's weight sets are the policies' stores, then policy 0's snapshots, policy 1's,
+...). The policy's learner fills its pool: every --selfplay_snapshot_every versions it publishes its weights into
+the oldest slot, and writes the snapshot's version into the control table `snapshot_versions` [policies, pool]
+(0: an empty slot), which is how actor workers know which snapshots they may draw. The pool is part of the learner's
+checkpoint, so a resumed run meets the same past selves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from appo.config.cfg import Cfg
+from appo.protocol.param_sync import ParamStore
+
+
+def attach_snapshots(cfg: Cfg, stores: list[ParamStore], template: nn.Module) -> list[ParamStore]:
+    """Make the run's snapshot stores (--selfplay_pool per policy; none without a pool), hand each policy's store
+    its own (`ParamStore.snapshots`, which its learner fills) and return them all, policy by policy."""
+    k = cfg.selfplay_pool
+    snapshots = [ParamStore(template) for _ in range(len(stores) * k)]
+    for p, store in enumerate(stores):
+        store.snapshots = snapshots[p * k : (p + 1) * k]
+    return snapshots
+
+
+def weight_set_of(cfg: Cfg, policy_id: int, slot: int) -> int:
+    """The weight set index of snapshot `slot` of policy `policy_id` (after the policies' own)."""
+    return cfg.num_policies + policy_id * cfg.selfplay_pool + slot
+
+
+def allocate_snapshot_versions(cfg: Cfg) -> torch.Tensor:
+    """The control table of filled snapshots: [policies, pool] int64 versions, 0 for an empty slot."""
+    return torch.zeros(cfg.num_policies, max(cfg.selfplay_pool, 1), dtype=torch.int64).share_memory_()
+
+
+class SnapshotPool:
+    """One policy's pool, kept by its learner (see the module docstring)."""
+
+    def __init__(self, cfg: Cfg, policy_id: int, stores: list[ParamStore], versions: Any) -> None:
+        self.every = cfg.selfplay_snapshot_every
+        self.stores, self.policy_id = stores, policy_id
+        self.versions = versions  # the control table's row of this policy (shared), or None
+        self.added = 0  # snapshots taken so far; the next goes to slot added % pool size
+
+    def after_publish(self, model: nn.Module, version: int) -> None:
+        """Take a snapshot when `version` is a multiple of --selfplay_snapshot_every."""
+        if not self.stores or version <= 0 or version % self.every:
+            return
+        slot = self.added % len(self.stores)
+        self.stores[slot].publish(model, version)
+        if self.versions is not None:
+            self.versions[self.policy_id, slot] = version
+        self.added += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pool for a checkpoint: each slot's weights and version (None, 0: empty). Read from the stores, whose
+        one writer is this learner."""
+        versions = [store.current_version() for store in self.stores]
+        states = [
+            {name: t.clone() for name, t in store.state.items()} if version else None
+            for store, version in zip(self.stores, versions, strict=True)
+        ]
+        return {"added": self.added, "states": states, "versions": versions}
+
+    def load_state_dict(self, state: dict[str, Any], template: nn.Module) -> None:
+        """Refill the stores (and the control table) from a checkpoint's pool; `template` a model to load into."""
+        self.added = int(state.get("added", 0))
+        for slot, (saved, version) in enumerate(zip(state.get("states", []), state.get("versions", []), strict=True)):
+            if saved is None or slot >= len(self.stores):
+                continue
+            template.load_state_dict(saved)
+            self.stores[slot].publish(template, int(version))
+            if self.versions is not None:
+                self.versions[self.policy_id, slot] = int(version)

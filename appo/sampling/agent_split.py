@@ -1,0 +1,243 @@
+"""A split of multi-agent games (appo/envs/multi_agent.py AgentEnv): every agent is a row of the split, and so a
+slot of the shared trajectory tensors, exactly as an env of a single-agent run. Game `g` of a split holds rows
+[g * k, (g + 1) * k) for k agents per game. The rollout protocol (slots, requests, hand-over, double buffering, the
+policies and weight sets per row) is the EnvRunner's, unchanged; what changes is how a step happens (one call per
+game for its k rows) and what an agent's episode is:
+
+- an agent's episode is its life in a game: it ends when the agent terminates or is truncated (a done in its row,
+  reported with the agent's return and length), even while the others play on;
+- a row whose agent is out of the game (it left early, or has not joined yet) steps with reward 0, a zero
+  observation and `dones` 1 (nothing bootstraps across it) and `valid` 0: the learner trains on none of its steps;
+- a game whose agents are all out is reset within the step; its rows' next observations are the new game's.
+
+With several policies every row draws its own policy when its agent's episode ends (so a population mixes within
+one game); a row whose next policy differs changes at the rollout's end, where its whole game is cut like a time
+limit and reset (appo/sampling/env_runner.py `_finish_rollout`).
+
+Self-play against past selves (--selfplay_pool, appo/learning/snapshot_pool.py): at each game's start, with
+probability --selfplay_pool_prob (once the pool holds a snapshot), one agent of the game, drawn uniformly, plays its
+row's policy and every other agent a snapshot of that policy drawn uniformly from its pool. A snapshot's row is an
+opponent, not a learner: its weight set acts (`slot_policy`, switched at the game's start, even mid-rollout), its
+steps are `valid` 0 and carry the learner rows' version (they must not count as policy lag), and its episodes are
+not reported. The learner's episode in such a game is reported as usual and as a game against the pool
+(selfplay/pool_* summaries)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from appo.envs.multi_agent import AgentEnvError
+from appo.learning.snapshot_pool import weight_set_of
+from appo.protocol.control import FREE
+from appo.sampling.env_runner import EnvRunner
+
+VS_POOL = "vs_pool"  # marks a reported episode (its info slot) as a game against a self-play snapshot
+
+
+class AgentRow:
+    """Row `index` of a game, as the runner sees a single env: spaces only (resets and steps go by game)."""
+
+    def __init__(self, game: Any, index: int) -> None:
+        self.game, self.index = game, index
+        self.action_space = game.action_space
+        self.observation_space = game.observation_space
+        self.unwrapped = self
+
+    def close(self) -> None:
+        pass
+
+
+class AgentEnvRunner(EnvRunner):
+    """EnvRunner over multi-agent games (see the module docstring); `agents_per_env` rows per game."""
+
+    def __init__(self, *args: Any, agents_per_env: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.k = agents_per_env
+        self.num_games = self.num_envs // self.k
+        self.games: list[Any] = []
+        self.active = np.zeros(self.num_envs, dtype=bool)  # the row's agent acts at the next step
+        self.fresh: dict[int, np.ndarray] = {}  # game -> its observations after a reset not yet read by every row
+        self.valid = self.buf.get("valid")
+        self.opponent = np.full(self.num_envs, FREE, dtype=np.int64)  # a snapshot's weight set acting for the row
+        self.step_opponent = self.opponent.copy()  # ... as it was when the current step began
+        self.pool_versions = self.control.get("snapshot_versions") if self.control is not None else None
+
+    def _make_envs(self) -> list[Any]:
+        self.games = [self._make_game(g) for g in range(self.num_games)]
+        return [AgentRow(game, j) for game in self.games for j in range(self.k)]
+
+    def _make_game(self, g: int) -> Any:
+        return self.env_fn(self.first_env // self.k + g)  # the run-wide game index
+
+    def _rows(self, g: int) -> slice:
+        return slice(g * self.k, (g + 1) * self.k)
+
+    def _reset_game(self, g: int, seed: int | None = None) -> np.ndarray:
+        """Start game `g`: its rows' first observations (zeros for agents not in it) and which rows act."""
+        self.games[g].check_spaces()  # a contract error (AgentEnvError) names the agent
+        obs, active = self.games[g].reset(seed=seed)
+        self.active[self._rows(g)] = active
+        if self.pool_versions is not None:
+            self._draw_opponents(g)
+        return _zero_inactive(obs, active).astype(self.obs_dtype)
+
+    def _draw_opponents(self, g: int) -> None:
+        """Whether game `g` is played against the pool, and with which snapshots (see the module docstring)."""
+        rows = self._rows(g)
+        self.opponent[rows] = FREE
+        if self.rng.random() < self.cfg.selfplay_pool_prob:
+            learner = g * self.k + int(self.rng.integers(self.k))
+            policy = int(self.env_policy[learner])
+            filled = np.flatnonzero(np.asarray(self.pool_versions[policy]) > 0)
+            if len(filled):
+                for i in range(rows.start, rows.stop):
+                    if i != learner:
+                        self.opponent[i] = weight_set_of(self.cfg, policy, int(self.rng.choice(filled)))
+        if self.slot_policy is not None and self.first >= 0:  # from the game's next step on
+            self.slot_policy[self.first + rows.start : self.first + rows.stop] = self._acting(rows)
+
+    def _acting(self, rows: slice) -> np.ndarray:
+        """The weight set acting for each of `rows`: its snapshot where it plays one, else its own."""
+        opponent = self.opponent[rows]
+        return np.where(opponent != FREE, opponent, self.env_weights[rows])
+
+    def _reset_env(self, i: int, trial: dict | None = None, seed: int | None = None) -> np.ndarray:
+        """Rows are reset by game: the game's first row resets it, the others read its observations."""
+        g, j = divmod(i, self.k)
+        if j == 0 or g not in self.fresh:
+            self.fresh[g] = self._reset_game(g, seed)
+        return self.fresh[g][j]
+
+    def _step_envs(
+        self, actions: np.ndarray, t: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, dict], list[int]]:
+        n, k = self.num_envs, self.k
+        rewards = np.zeros(n, dtype=np.float32)
+        dones = np.zeros(n, dtype=np.float32)
+        truncs = np.zeros(n, dtype=np.float32)
+        self.continues = np.zeros(n, dtype=bool)
+        self.ended = np.zeros(n, dtype=bool)  # agents whose episode ended at this step (reported)
+        self.acted = self.active.copy()
+        self.step_opponent = self.opponent.copy()
+        learning = self.step_opponent == FREE
+        if not learning.all() and learning.any():  # snapshots' steps: the learner rows' version, not theirs
+            versions = self.buf["policy_versions"][self.first : self.first + n, t]
+            versions[~learning] = versions[learning].max()
+        failed: list[int] = []
+        obs_out = self.buf["obs"]
+        for g, game in enumerate(self.games):
+            rows, first = self._rows(g), self.first + g * k
+            acted = self.acted[rows]
+            try:
+                obs, r, term, trunc, after, over, _ = game.step(actions[rows], acted)
+            except AgentEnvError:
+                raise  # the env breaks its contract: the run stops with the message, which names the agent
+            except Exception as exc:  # a broken env must not take the worker down: rebuild it, cut every agent
+                obs_out[first : first + k, t + 1] = self._recover_env(g * k, exc)
+                dones[rows] = truncs[rows] = 1.0
+                failed += range(g * k, (g + 1) * k)
+                if self.final_obs is not None:
+                    self.final_obs[first : first + k, t] = self.missing_obs
+                continue
+            ended = acted & (term | trunc)
+            self.ended[rows] = ended
+            rewards[rows] = r
+            dones[rows] = ended | ~acted  # a row out of the game: nothing bootstraps across its steps
+            truncs[rows] = ended & trunc & ~term
+            if self.final_obs is not None:
+                for j in np.flatnonzero(ended):
+                    self.final_obs[first + j, t] = obs[j]
+            if over:
+                obs = self._reset_game(g)
+            else:
+                self.active[rows] = after
+                obs = _zero_inactive(obs, after)
+            obs_out[first : first + k, t + 1] = obs
+        if self.valid is not None:
+            self.valid[self.first : self.first + n, t] = self.acted & learning
+        return rewards, dones, truncs, {}, failed
+
+    def _recover_env(self, i: int, exc: Exception) -> np.ndarray:
+        """Rebuild the game of row `i` (its error logged once) and return its rows' first observations."""
+        self._note_env_error(i, exc)
+        g = i // self.k
+        try:
+            self.games[g].close()
+        except Exception:  # the broken game may not even close; it is replaced anyway
+            pass
+        self.games[g] = self._make_game(g)
+        self.envs[self._rows(g)] = [AgentRow(self.games[g], j) for j in range(self.k)]
+        return self._reset_game(g)
+
+    def _record_episodes(
+        self, rewards: np.ndarray, dones: np.ndarray, trials: dict[int, dict], failed: list[int]
+    ) -> None:
+        """As the EnvRunner's, with an agent's life as its episode: only rows that acted count a step, and an
+        episode ends where its agent's did (or where its game failed, not reported)."""
+        self.ep_returns += rewards
+        self.ep_lengths += self.acted
+        self.episode_count[dones > 0] += 1  # learning episodes (episode ids): each step out of the game is one
+        ended = self.ended.copy()
+        ended[failed] = True
+        against_pool = (self.step_opponent != FREE).reshape(-1, self.k).any(axis=1).repeat(self.k)
+        for i in np.flatnonzero(ended):
+            if int(i) not in failed and self.step_opponent[i] == FREE:  # (a snapshot's episode is not a result)
+                info = {VS_POOL: True} if against_pool[i] else None
+                self.finished.append(
+                    (float(self.ep_returns[i]), int(self.ep_lengths[i]), info, int(self.env_policy[i]))
+                )
+            self.next_policy[i], self.next_weights[i] = self._assigned(int(i), self.policy_draw.next(self.rng))
+        self.ep_returns[ended] = 0.0
+        self.ep_lengths[ended] = 0
+
+    def _cut_episode(self, i: int) -> None:
+        """Row `i` changes policy at the rollout's end: its whole game is cut there like a time limit and reset
+        (once, whichever of its rows asks)."""
+        g = i // self.k
+        if g in self.fresh:
+            return
+        T, rows = self.cfg.rollout, self._rows(g)
+        for slot in range(self.first + rows.start, self.first + rows.stop):
+            if self.buf["dones"][slot, T - 1] == 0:
+                self.buf["dones"][slot, T - 1] = 1.0
+                self.buf["truncated"][slot, T - 1] = 1.0
+                if self.final_obs is not None:
+                    self.final_obs[slot, T - 1] = self.buf["obs"][slot, T]
+        self.episode_count[rows] += 1
+        self.fresh[g] = self.next_obs[rows] = self._reset_game(g)
+        self.next_rnn[rows] = 0.0
+        self.ep_returns[rows] = 0.0
+        self.ep_lengths[rows] = 0
+
+    def _start_rollout(self) -> list[Any]:
+        self.fresh.clear()  # (games cut at the last rollout's end)
+        msgs = super()._start_rollout()
+        if self.slot_policy is not None and not self.is_parked and (self.opponent != FREE).any():
+            self.slot_policy[self.first : self.first + self.num_envs] = self._acting(slice(0, self.num_envs))
+        return msgs
+
+    def decorrelate(self, seconds: float) -> None:
+        import time
+
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for g, game in enumerate(self.games):
+                rows = self._rows(g)
+                acts = np.array([game.action_space.sample() for _ in range(self.k)])
+                obs, _, _, _, after, over, _ = game.step(acts, self.active[rows])
+                self.active[rows] = after
+                self.next_obs[rows] = self._reset_game(g) if over else _zero_inactive(obs, after)
+        self.ep_returns[:] = 0.0
+        self.ep_lengths[:] = 0
+        self.buf["obs"][self.first : self.first + self.num_envs, 0] = self.next_obs
+
+    def close(self) -> None:
+        for game in self.games:
+            game.close()
+
+
+def _zero_inactive(obs: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """The rows' observations with zeros where the agent is out of the game."""
+    return np.where(active.reshape(-1, *[1] * (obs.ndim - 1)), obs, np.zeros((), dtype=obs.dtype))

@@ -1,0 +1,157 @@
+"""Many agents in one env: a PettingZoo Parallel env (or any object with its contract: `possible_agents`, `agents`,
+`observation_space(agent)`, `action_space(agent)`, `reset`, `step` over dicts keyed by agent) as the engine steps it.
+
+`AgentEnv` gives every possible agent a fixed row (the order of `possible_agents`), and the engine gives every row a
+slot of the shared trajectory tensors: an actor worker's split holds whole games, `agents_per_env` consecutive rows
+each (appo/sampling/agent_split.py). Per step it takes one action per row and returns arrays over the rows:
+
+- `active`: the row's agent is in the game (it acted at this step, or, after a reset, acts at the next). Agents that
+  leave early (terminated or truncated while others play on) and agents that have not joined yet are inactive:
+  their rows get reward 0, a zero observation, and their steps are masked out of training (`valid`).
+- the game is over once no agent is left (`agents` empty, or every agent ended at this step): the caller resets it.
+
+Every agent must have the same observation and action spaces: one policy (or population) then serves every row,
+which self-play needs (agents with different spaces are refused with a one-line error naming them; give such an
+env one space by padding, as Sample Factory's PettingZoo wrapper requires too). A Discrete observation space is
+given to the model one-hot (a Box of 0.0/1.0). Contract errors name the agent: a live agent missing from a step's
+returns, a NaN reward, a space that changed after start-up.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class AgentEnvError(RuntimeError):
+    """A multi-agent env broke its contract; the message names the agent (one line)."""
+
+
+def is_parallel_env(env: Any) -> bool:
+    """Whether `env` has PettingZoo's Parallel API (and is not a gymnasium Env)."""
+    return (
+        not isinstance(env, gym.Env)
+        and hasattr(env, "possible_agents")
+        and callable(getattr(env, "observation_space", None))
+        and callable(getattr(env, "action_space", None))
+    )
+
+
+class AgentEnv:
+    """A Parallel env with a row per possible agent (see the module docstring). `name`: the --env value."""
+
+    is_multi_agent = True
+
+    def __init__(self, env: Any, name: str = "") -> None:
+        self.env, self.name = env, name
+        self.agents = list(env.possible_agents)
+        self.num_agents = len(self.agents)
+        if not self.agents:
+            raise AgentEnvError(f"--env={name}: the multi-agent env has no possible_agents")
+        self.raw_obs_space = env.observation_space(self.agents[0])
+        self.action_space = env.action_space(self.agents[0])
+        for agent in self.agents[1:]:
+            if env.observation_space(agent) != self.raw_obs_space or env.action_space(agent) != self.action_space:
+                raise AgentEnvError(
+                    f"--env={name}: agent {agent!r} has spaces {env.observation_space(agent)}, "
+                    f"{env.action_space(agent)} but agent {self.agents[0]!r} has {self.raw_obs_space}, "
+                    f"{self.action_space}: every agent needs the same spaces (pad them to one)"
+                )
+        self.one_hot = isinstance(self.raw_obs_space, gym.spaces.Discrete)
+        if self.one_hot:
+            self.observation_space: gym.Space = gym.spaces.Box(0.0, 1.0, (int(self.raw_obs_space.n),), np.float32)
+        else:
+            self.observation_space = self.raw_obs_space
+        self.obs_shape = self.observation_space.shape
+        self.obs_dtype = np.dtype(self.observation_space.dtype or np.float32)
+        self.metadata = getattr(env, "metadata", {})
+        self.render_mode = getattr(env, "render_mode", None)
+        self.unwrapped = self
+        self.row = {agent: i for i, agent in enumerate(self.agents)}
+        # The env's scripted opponent for evaluation, where it has one: a callable from one agent's observation to
+        # its action (appo/sampling/game_episode.py plays the policy against it).
+        self.opponent = getattr(env, "scripted_policy", None)
+
+    # --- the contract, checked ----------------------------------------------------------------------
+    def _obs_rows(self, obs: dict[str, Any], active: np.ndarray) -> np.ndarray:
+        out = np.zeros((self.num_agents, *self.obs_shape), dtype=self.obs_dtype)
+        for agent, value in obs.items():
+            i = self._row_of(agent)
+            if self.one_hot:
+                out[i, int(value)] = 1.0
+            else:
+                out[i] = value
+            active[i] = True
+        return out
+
+    def _row_of(self, agent: str) -> int:
+        if agent not in self.row:
+            raise AgentEnvError(f"--env={self.name}: agent {agent!r} is not one of possible_agents {self.agents}")
+        return self.row[agent]
+
+    def live(self) -> np.ndarray:
+        """[agents] bool: the agents in the game now."""
+        live = np.zeros(self.num_agents, dtype=bool)
+        for agent in self.env.agents:
+            live[self._row_of(agent)] = True
+        return live
+
+    def check_spaces(self) -> None:
+        """The spaces must stay what they were at start-up."""
+        for agent in self.agents:
+            if self.env.observation_space(agent) != self.raw_obs_space or self.env.action_space(agent) != (
+                self.action_space
+            ):
+                raise AgentEnvError(f"--env={self.name}: agent {agent!r} changed its spaces during the run")
+
+    # --- stepping -----------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Start a game: the observation of every row (zeros for absent agents) and which rows are active."""
+        obs, _ = self.env.reset(seed=seed, options=options)
+        active = np.zeros(self.num_agents, dtype=bool)
+        rows = self._obs_rows(obs, active)
+        return rows, active & self.live()
+
+    def step(
+        self, actions: np.ndarray, active: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool, dict[str, dict]]:
+        """Step the game with the actions of the `active` rows. Returns the observations the step returned (an
+        ended agent's last one; zeros for rows it returned none), rewards, terminated and truncated (of the rows that
+        acted), the rows active after the step, whether the game is over, and the infos by agent."""
+        k = self.num_agents
+        acting = [a for a, on in zip(self.agents, active) if on]
+        act = {a: _action_value(actions[self.row[a]]) for a in acting}
+        obs, rewards, terms, truncs, infos = self.env.step(act)
+        r = np.zeros(k, dtype=np.float32)
+        term = np.zeros(k, dtype=bool)
+        trunc = np.zeros(k, dtype=bool)
+        for agent in acting:
+            if agent not in rewards or agent not in terms or agent not in truncs:
+                raise AgentEnvError(
+                    f"--env={self.name}: step() returned no reward, termination or truncation for live agent "
+                    f"{agent!r}"
+                )
+            value = float(rewards[agent])
+            if not math.isfinite(value):
+                raise AgentEnvError(f"--env={self.name}: agent {agent!r} got a non-finite reward {value}")
+            i = self.row[agent]
+            r[i], term[i], trunc[i] = value, bool(terms[agent]), bool(truncs[agent])
+        after = np.zeros(k, dtype=bool)
+        rows = self._obs_rows(obs, after)
+        after &= self.live() & ~(term | trunc)
+        return rows, r, term, trunc, after, not after.any(), infos
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _action_value(action: np.ndarray) -> Any:
+    """One row's action as the env takes it: an int for Discrete, the float vector for Box."""
+    action = np.asarray(action)
+    return int(action.reshape(-1)[0]) if action.dtype.kind in "iu" else action
