@@ -275,5 +275,6 @@ _FAMILY_CFG_KEYS: dict[str, dict[str, str]] = {
     "gaussian_bandit": _BANDIT_KEYS,
     "tabular_mdp": {"mdp_states": "num_states", "mdp_actions": "num_actions", "mdp_episode_steps": "episode_steps"},
 }
+TASK_FAMILIES = tuple(_PROJECT_ENV_CLASSES)  # the project envs that are meta-task families (envs/tasks.py)
 for _name, (_module, _class_name) in _PROJECT_ENV_CLASSES.items():
     PROJECT_ENVS[_name] = partial(_project_env, _module, _class_name)

@@ -197,7 +197,8 @@ class Learner:
         self.model.load_state_dict(state["model"])
         self.algorithm.load_state_dict(state)
         if "snapshot_pool" in state and self.pool.stores:
-            self.pool.load_state_dict(state["snapshot_pool"], copy.deepcopy(self.model))
+            filled = self.pool.load_state_dict(state["snapshot_pool"], copy.deepcopy(self.model))
+            log.info("learner %d: self-play pool restored, %d snapshots", self.policy_id, filled)
 
     def state(self) -> dict[str, Any]:
         return {

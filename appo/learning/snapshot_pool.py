@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from appo.config.cfg import Cfg
@@ -27,16 +26,6 @@ def attach_snapshots(cfg: Cfg, stores: list[ParamStore], template: nn.Module) ->
     for p, store in enumerate(stores):
         store.snapshots = snapshots[p * k : (p + 1) * k]
     return snapshots
-
-
-def weight_set_of(cfg: Cfg, policy_id: int, slot: int) -> int:
-    """The weight set index of snapshot `slot` of policy `policy_id` (after the policies' own)."""
-    return cfg.num_policies + policy_id * cfg.selfplay_pool + slot
-
-
-def allocate_snapshot_versions(cfg: Cfg) -> torch.Tensor:
-    """The control table of filled snapshots: [policies, pool] int64 versions, 0 for an empty slot."""
-    return torch.zeros(cfg.num_policies, max(cfg.selfplay_pool, 1), dtype=torch.int64).share_memory_()
 
 
 class SnapshotPool:
@@ -68,8 +57,10 @@ class SnapshotPool:
         ]
         return {"added": self.added, "states": states, "versions": versions}
 
-    def load_state_dict(self, state: dict[str, Any], template: nn.Module) -> None:
-        """Refill the stores (and the control table) from a checkpoint's pool; `template` a model to load into."""
+    def load_state_dict(self, state: dict[str, Any], template: nn.Module) -> int:
+        """Refill the stores (and the control table) from a checkpoint's pool; `template` a model to load into.
+        Returns the snapshots restored."""
+        filled = 0
         self.added = int(state.get("added", 0))
         for slot, (saved, version) in enumerate(zip(state.get("states", []), state.get("versions", []), strict=True)):
             if saved is None or slot >= len(self.stores):
@@ -78,3 +69,5 @@ class SnapshotPool:
             self.stores[slot].publish(template, int(version))
             if self.versions is not None:
                 self.versions[self.policy_id, slot] = int(version)
+            filled += 1
+        return filled

@@ -156,8 +156,8 @@ class Policy:
         return returns
 
     def _evaluate_games(self, env: Any, episodes: int, seed: int | None, own: bool) -> list[float]:
-        """`evaluate` for a multi-agent env (appo/sampling/game_episode.py): game i reset with `seed` + i."""
-        from appo.sampling.game_episode import run_game
+        """`evaluate` for a multi-agent env (appo/envs/multi_agent.py run_game): game i reset with `seed` + i."""
+        from appo.envs.multi_agent import run_game
 
         first = self.meta["cfg"]["seed"] if seed is None else seed
         state: dict[str, Any] = {}

@@ -226,8 +226,12 @@ def allocate_control(cfg: Cfg, derived: Derived) -> dict[str, torch.Tensor]:
       not set), the clock of --train_for_seconds in learners' schedules."""
     import torch
 
-    from appo.learning.snapshot_pool import allocate_snapshot_versions
-    from appo.protocol.control import allocate_assignments, allocate_commands, allocate_episode_seeds
+    from appo.protocol.control import (
+        allocate_assignments,
+        allocate_commands,
+        allocate_episode_seeds,
+        allocate_snapshot_versions,
+    )
 
     num_groups = derived.num_splits_total * derived.slot_groups_per_split
     return {

@@ -57,6 +57,20 @@ def allocate_assignments(num_envs_total: int) -> torch.Tensor:
     return torch.full((num_envs_total, COLUMNS), FREE, dtype=torch.int64).share_memory_()
 
 
+def weight_set_of(cfg: Cfg, policy_id: int, slot: int) -> int:
+    """The weight set of self-play snapshot `slot` of policy `policy_id` (appo/learning/snapshot_pool.py): after
+    the policies' own, policy by policy."""
+    return cfg.num_policies + policy_id * cfg.selfplay_pool + slot
+
+
+def allocate_snapshot_versions(cfg: Cfg) -> torch.Tensor:
+    """The table of filled self-play snapshots: [policies, pool] int64 versions, 0 for an empty slot. Written by
+    each policy's learner as it takes a snapshot, read by actor workers as they draw a game's opponents."""
+    import torch
+
+    return torch.zeros(cfg.num_policies, max(cfg.selfplay_pool, 1), dtype=torch.int64).share_memory_()
+
+
 COMMAND_DIMS = 2  # columns of the command table: desired return-to-go, desired horizon
 
 

@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 
 from appo.envs.multi_agent import AgentEnvError
-from appo.learning.snapshot_pool import weight_set_of
-from appo.protocol.control import FREE
+from appo.protocol.control import FREE, weight_set_of
 from appo.sampling.env_runner import EnvRunner
 
 VS_POOL = "vs_pool"  # marks a reported episode (its info slot) as a game against a self-play snapshot

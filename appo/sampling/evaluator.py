@@ -24,6 +24,7 @@ import torch
 
 from appo.config.cfg import Cfg
 from appo.envs import make_run_env
+from appo.envs.multi_agent import run_game
 from appo.models.device import model_device, to_device, to_host
 from appo.models.numpy_twins import make_numpy_policy
 from appo.models.registry import make_model
@@ -57,18 +58,16 @@ def run_episode(
     `on_frame` is called after the reset and after every step (video recording). `fast`: the numpy pass of `model`
     (its weights loaded) to act with instead of torch. `reset_options`: the env's reset options (a command). The
     one episode loop of evaluations, enjoy.py and UDRL/RCP's greedy evaluation."""
-    act = policy_actor(model, state_size, fast, deterministic)
+    stored = obs_dtype(env.observation_space)  # what training stored and read: uint8 frames stay uint8
+    act = policy_actor(model, state_size, fast, deterministic, stored)
     if getattr(env, "is_multi_agent", False):  # a game of several agents (appo/envs/multi_agent.py)
-        from appo.sampling.game_episode import run_game
-
         return run_game(env, act, seed, on_frame)
     obs, _ = env.reset(seed=seed, options=reset_options)
     if on_frame is not None:
         on_frame()
     total, length = 0.0, 0
-    stored = obs_dtype(env.observation_space)  # what training stored and read: uint8 frames stay uint8
     while True:
-        actions = act(np.asarray(obs, dtype=stored)[None], None)
+        actions = act(np.asarray(obs)[None], None)
         obs, reward, terminated, truncated, info = env.step(env_action(actions, env.action_space))
         total += float(reward)
         length += 1
@@ -79,15 +78,17 @@ def run_episode(
 
 
 def policy_actor(
-    model: torch.nn.Module | None, state_size: int, fast: NumpyPass | None, deterministic: bool
+    model: torch.nn.Module | None, state_size: int, fast: NumpyPass | None, deterministic: bool, stored: np.dtype
 ) -> Callable[[np.ndarray, np.ndarray | None], Any]:
     """`act(obs [B, ...], reset [B] bool or None)`: the actions [B, A] (or [B, 1]) of a batch of rows that the
     policy plays from their first step on, with the numpy pass `fast` where given (weights loaded), else torch;
-    the recurrent state of each row is kept between calls and zeroed where `reset` says."""
+    the recurrent state of each row is kept between calls and zeroed where `reset` says. Observations are cast to
+    `stored`, the dtype training stored them in."""
     device = model_device(model) if model is not None else None
     state: dict[str, Any] = {}
 
     def act(obs: np.ndarray, reset: np.ndarray | None) -> Any:
+        obs = np.asarray(obs, dtype=stored)
         rows = len(obs)
         if "rnn" not in state or len(state["rnn"]) != rows:
             state["rnn"] = torch.zeros(rows, state_size)

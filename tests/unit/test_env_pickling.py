@@ -9,12 +9,12 @@ import pickle
 import numpy as np
 import pytest
 
-from appo.envs import PROJECT_ENVS
+from appo.envs import PROJECT_ENVS, TASK_FAMILIES
 
 pytest.importorskip("mujoco")
 
 
-@pytest.mark.parametrize("name", sorted(PROJECT_ENVS))
+@pytest.mark.parametrize("name", sorted(TASK_FAMILIES))
 def test_a_project_env_pickles_and_deep_copies_with_its_task(name: str) -> None:
     if name == "lunar_lander_wind":
         pytest.importorskip("Box2D")

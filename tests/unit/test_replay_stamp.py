@@ -49,7 +49,7 @@ def test_a_replay_saved_with_another_checkpoint_is_named_on_resume(tmp_path, mon
     def killed(*_args, **_kwargs):  # noqa: ANN002, ANN003, ANN202
         raise KeyboardInterrupt  # the stop budget ran out between the checkpoint and the replay
 
-    monkeypatch.setattr(learner_module, "save_snapshot", killed)
+    monkeypatch.setattr(learner_module, "save_replay", killed)
     with pytest.raises(KeyboardInterrupt):
         first.save()
     monkeypatch.undo()

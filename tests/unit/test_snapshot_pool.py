@@ -19,9 +19,10 @@ from appo.config.cfg import Cfg
 from appo.config.derive import derive
 from appo.envs.multi_agent import AgentEnv
 from appo.envs.paddle_duel import PaddleDuelEnv
-from appo.learning.snapshot_pool import SnapshotPool, allocate_snapshot_versions, attach_snapshots, weight_set_of
+from appo.learning.snapshot_pool import SnapshotPool, attach_snapshots
 from appo.models.registry import make_model
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
+from appo.protocol.control import allocate_snapshot_versions, weight_set_of
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.protocol.param_sync import ParamStore
 from appo.sampling.agent_split import VS_POOL, AgentEnvRunner
