@@ -10,8 +10,9 @@ game step, one learning agent against the scripted tracker), with the same flags
 
 selfplay: for each seed, train paddle_duel by self-play with a pool of past selves for `--minutes`, then play the
 final policy against the scripted tracker for `--games` games (deterministic actions, alternating sides; the
-evaluation enjoy.py and `appo.load_policy(...).evaluate` run) and report its win rate; with the pool's win rate
-(selfplay/pool_win_rate) early and late in the run. Prints a table; the runs stay under --out for enjoy.py.
+evaluation enjoy.py and `appo.load_policy(...).evaluate` run) and report its win rate; with its win and draw rates
+against its pool (selfplay/pool_win_rate, selfplay/pool_draw_rate) early and late in the run. Prints a table; the
+runs stay under --out for enjoy.py.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ SELFPLAY_FLAGS = [
     "--learning_rate=3e-4",
     "--exploration_loss_coeff=0.01",
     "--selfplay_pool=8",
-    "--selfplay_snapshot_every=100",
+    "--selfplay_snapshot_every=250",
     "--selfplay_pool_prob=0.5",
 ]
 
@@ -60,15 +61,15 @@ def throughput(args: argparse.Namespace, extra: list[str]) -> None:
     print(f"ratio (2 agents / single agent, per agent step): {multi / single:.2f}")
 
 
-def pool_win_rates(run: Path) -> tuple[float, float]:
-    """selfplay/pool_win_rate of policy 0 in the run's first and last tenth (by env steps)."""
+def early_and_late(run: Path, tag: str) -> tuple[float, float]:
+    """Policy 0's `tag` averaged over the run's first and last tenth of summaries (NaN where it has none)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run / "summaries" / "0"), size_guidance={"scalars": 0})
     acc.Reload()
-    if "selfplay/pool_win_rate" not in acc.Tags()["scalars"]:
+    if tag not in acc.Tags()["scalars"]:
         return float("nan"), float("nan")
-    events = acc.Scalars("selfplay/pool_win_rate")
+    events = acc.Scalars(tag)
     tenth = max(len(events) // 10, 1)
     return statistics.mean(e.value for e in events[:tenth]), statistics.mean(e.value for e in events[-tenth:])
 
@@ -86,14 +87,14 @@ def selfplay(args: argparse.Namespace, extra: list[str]) -> None:
         policy = appo.load_policy(out / name)
         returns = policy.evaluate(episodes=args.games, seed=100_000)
         wins = sum(r > 0 for r in returns) / len(returns)
-        early, late = pool_win_rates(out / name)
-        rows.append((seed, wins, early, late))
+        pool = [early_and_late(out / name, f"selfplay/pool_{what}") for what in ("win_rate", "draw_rate")]
+        rows.append((seed, wins, *pool[0], *pool[1]))
         print(f"seed {seed}: {wins:.1%} of {args.games} games won against the tracker", flush=True)
     print(f"\nruns: {out}\n")
-    print("| seed | win rate vs tracker | pool win rate, first tenth | last tenth |")
+    print("| seed | win rate vs tracker | against the pool: win rate, first tenth -> last | draw rate, the same |")
     print("|---|---|---|---|")
-    for seed, wins, early, late in rows:
-        print(f"| {seed} | {wins:.1%} | {early:.2f} | {late:.2f} |")
+    for seed, wins, early, late, draws_early, draws_late in rows:
+        print(f"| {seed} | {wins:.1%} | {early:.2f} -> {late:.2f} | {draws_early:.2f} -> {draws_late:.2f} |")
     print(f"median win rate: {statistics.median(r[1] for r in rows):.1%} ({args.minutes} min per run)")
 
 

@@ -227,6 +227,8 @@ class SummaryWriters:
             writer.add_scalar("selfplay/pool_return_mean", sum(p.pool_returns) / len(p.pool_returns), step)
             wins = sum(r > 0 for r in p.pool_returns) / len(p.pool_returns)
             writer.add_scalar("selfplay/pool_win_rate", wins, step)
+            draws = sum(r == 0 for r in p.pool_returns) / len(p.pool_returns)
+            writer.add_scalar("selfplay/pool_draw_rate", draws, step)  # (ended by a time limit, no winner)
 
     @staticmethod
     def write_eval(writer: Any, report: EvalReport) -> None:
