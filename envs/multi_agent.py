@@ -123,7 +123,7 @@ class AgentEnv:
         ended agent's last one; zeros for rows it returned none), rewards, terminated and truncated (of the rows that
         acted), the rows active after the step, whether the game is over, and the infos by agent."""
         k = self.num_agents
-        acting = [a for a, on in zip(self.agents, active) if on]
+        acting = [a for a, on in zip(self.agents, active, strict=True) if on]
         act = {a: _action_value(actions[self.row[a]]) for a in acting}
         obs, rewards, terms, truncs, infos = self.env.step(act)
         r = np.zeros(k, dtype=np.float32)
@@ -132,8 +132,7 @@ class AgentEnv:
         for agent in acting:
             if agent not in rewards or agent not in terms or agent not in truncs:
                 raise AgentEnvError(
-                    f"--env={self.name}: step() returned no reward, termination or truncation for live agent "
-                    f"{agent!r}"
+                    f"--env={self.name}: step() returned no reward, termination or truncation for live agent {agent!r}"
                 )
             value = float(rewards[agent])
             if not math.isfinite(value):
@@ -156,6 +155,7 @@ def _action_value(action: np.ndarray) -> Any:
     """One row's action as the env takes it: an int for Discrete, the float vector for Box."""
     action = np.asarray(action)
     return int(action.reshape(-1)[0]) if action.dtype.kind in "iu" else action
+
 
 # --- one game played by a policy ------------------------------------------------------------------------------------
 # For evaluations, enjoy.py and `load_policy(...).evaluate`: what the evaluator's `run_episode` does for single-agent
