@@ -196,7 +196,10 @@ def explained(failure: BaseException, learner: Learner, link: RankLink | None) -
 
 
 class Unpublished:
-    """The weight store of learner ranks > 0: rank 0 publishes (the ranks hold the same weights)."""
+    """The weight store of learner ranks > 0: rank 0 publishes (the ranks hold the same weights) and fills the
+    self-play pool."""
+
+    snapshots: list[Any] = []
 
     def publish(self, model: Any, version: int) -> None:
         pass
