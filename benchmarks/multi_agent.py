@@ -1,7 +1,9 @@
-"""Multi-agent benchmarks: throughput against the single-agent engine, and self-play learning on paddle_duel.
+"""Multi-agent benchmarks: throughput against the single-agent engine, self-play learning on paddle_duel, and
+cooperative learning on mpe2's simple_spread_v3 against a scripted policy.
 
     python benchmarks/multi_agent.py throughput [--repeats 3] [--seconds 40] [--warmup 15] [extra train_appo flags]
     python benchmarks/multi_agent.py selfplay [--seeds 0 1 2] [--minutes 25] [--games 200] [extra train_appo flags]
+    python benchmarks/multi_agent.py spread [--seeds 0 1 2] [--steps 20000000] [--games 200] [extra train_appo flags]
 
 throughput: training agent steps per second (perf/fps: every row of the trajectory tensors is an agent) of
 paddle_duel's two agents (one game step moves both) against its single-agent twin, PaddleDuelVsScripted (the same
@@ -13,6 +15,12 @@ final policy against the scripted tracker for `--games` games (deterministic act
 evaluation enjoy.py and `appo.load_policy(...).evaluate` run) and report its win rate; with its win and draw rates
 against its pool (selfplay/pool_win_rate, selfplay/pool_draw_rate) early and late in the run. Prints a table; the
 runs stay under --out for enjoy.py.
+
+spread: for each seed, train one policy shared by simple_spread_v3's three agents (each on its own observation;
+rewards as mpe2 gives them: local_ratio 0.5, 25 steps) for `--steps` agent steps, then play `--games` games with
+deterministic actions and report the mean return per agent, beside the scripted policy `spread_scripted` on the
+same reset seeds: each agent heads for its own landmark, landmarks given out greedily by distance (the nearest
+agent-landmark pair first, as every agent computes from its own observation), with a damped bang-bang controller.
 """
 
 from __future__ import annotations
@@ -22,7 +30,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -46,6 +57,46 @@ SELFPLAY_FLAGS = [
     "--selfplay_snapshot_every=250",
     "--selfplay_pool_prob=0.5",
 ]
+
+
+SPREAD = "mpe2.simple_spread_v3:parallel_env"
+SPREAD_FLAGS = [
+    "--num_workers=2",
+    "--num_envs_per_worker=16",
+    "--rollout=25",
+    "--batch_size=2400",
+    "--num_epochs=4",
+    "--num_batches_per_epoch=2",
+    "--learning_rate=7e-4",
+    "--exploration_loss_coeff=0.01",
+]
+SPREAD_EVAL_SEED = 100_000
+SPREAD_GAIN = 0.2  # the controller's velocity damping, the best of 0.15-0.4 on 50 games (seeds 1000-1049)
+
+
+def spread_scripted(obs: np.ndarray) -> int:
+    """simple_spread_v3's scripted agent, from its own observation (18: own velocity, own position, the three
+    landmarks and the two other agents relative to it, communication): landmarks go to agents greedily by distance
+    (the closest free pair first), then a move along the axis where its target, less SPREAD_GAIN times its velocity,
+    is farthest (0 stay, 1 -x, 2 +x, 3 -y, 4 +y)."""
+    landmarks = obs[4:10].reshape(3, 2)
+    agents = np.vstack([np.zeros(2), obs[10:14].reshape(2, 2)])  # itself first, all relative to itself
+    distance = np.linalg.norm(landmarks[None, :, :] - agents[:, None, :], axis=2)
+    free_agents, free_landmarks = {0, 1, 2}, {0, 1, 2}
+    target = landmarks[int(np.argmin(distance[0]))]
+    for flat in np.argsort(distance, axis=None):
+        a, lm = divmod(int(flat), 3)
+        if a in free_agents and lm in free_landmarks:
+            if a == 0:
+                target = landmarks[lm]
+                break
+            free_agents.discard(a)
+            free_landmarks.discard(lm)
+    want = target - SPREAD_GAIN * obs[0:2]
+    axis = int(np.argmax(np.abs(want)))
+    if abs(want[axis]) < 0.02:
+        return 0
+    return (2 if want[0] > 0 else 1) if axis == 0 else (4 if want[1] > 0 else 3)
 
 
 def throughput(args: argparse.Namespace, extra: list[str]) -> None:
@@ -98,6 +149,39 @@ def selfplay(args: argparse.Namespace, extra: list[str]) -> None:
     print(f"median win rate: {statistics.median(r[1] for r in rows):.1%} ({args.minutes} min per run)")
 
 
+def spread(args: argparse.Namespace, extra: list[str]) -> None:
+    import appo
+    from appo.envs.multi_agent import run_game
+
+    out = args.out or Path(tempfile.mkdtemp(prefix="appo_spread_"))
+    rows = []
+    scripted = None
+    for seed in args.seeds:
+        name = f"simple_spread_s{seed}"
+        cmd = [sys.executable, "train_appo.py", f"--env={SPREAD}", f"--experiment={name}", f"--train_dir={out}"]
+        cmd += [f"--seed={seed}", f"--train_for_env_steps={args.steps}", *SPREAD_FLAGS, *extra]
+        started = time.monotonic()
+        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        minutes = (time.monotonic() - started) / 60
+        policy = appo.load_policy(out / name)
+        env = policy.make_env()
+        learned = statistics.mean(policy.evaluate(env, episodes=args.games, seed=SPREAD_EVAL_SEED))
+        if scripted is None:  # deterministic: the same on every seed's env
+            act = lambda obs, _reset: np.array([[spread_scripted(o)] for o in obs])  # noqa: E731
+            scripted = statistics.mean(run_game(env, act, SPREAD_EVAL_SEED + i)[0] for i in range(args.games))
+        env.close()
+        rows.append((seed, learned, minutes))
+        print(f"seed {seed}: {learned:.2f} per agent (scripted {scripted:.2f}), {minutes:.1f} min", flush=True)
+    print(f"\nruns: {out}\n")
+    print(f"| seed | mean return per agent, {args.games} games | scripted, same games | training minutes |")
+    print("|---|---|---|---|")
+    for seed, learned, minutes in rows:
+        print(f"| {seed} | {learned:.2f} | {scripted:.2f} | {minutes:.1f} |")
+    print(
+        f"median: {statistics.median(r[1] for r in rows):.2f} against the scripted {scripted:.2f} ({args.steps} steps)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -110,8 +194,13 @@ def main() -> int:
     sp.add_argument("--minutes", type=float, default=25.0)
     sp.add_argument("--games", type=int, default=200)
     sp.add_argument("--out", type=Path, default=None)
+    ss = sub.add_parser("spread")
+    ss.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ss.add_argument("--steps", type=int, default=20_000_000)
+    ss.add_argument("--games", type=int, default=200)
+    ss.add_argument("--out", type=Path, default=None)
     args, extra = parser.parse_known_args()
-    (throughput if args.what == "throughput" else selfplay)(args, extra)
+    {"throughput": throughput, "selfplay": selfplay, "spread": spread}[args.what](args, extra)
     return 0
 
 

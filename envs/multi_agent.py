@@ -26,6 +26,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from appo.envs.episode_end import TRUE_OBJECTIVE
+
 
 class AgentEnvError(RuntimeError):
     """A multi-agent env broke its contract; the message names the agent (one line)."""
@@ -143,6 +145,14 @@ class AgentEnv:
         rows = self._obs_rows(obs, after)
         after &= self.live() & ~(term | trunc)
         return rows, r, term, trunc, after, not after.any(), infos
+
+    def objectives(self, infos: dict[str, dict]) -> np.ndarray:
+        """Each row's true objective in the infos of a step (info[TRUE_OBJECTIVE] of its agent), NaN where absent."""
+        out = np.full(self.num_agents, np.nan)
+        for agent, info in infos.items():
+            if agent in self.row and isinstance(info, dict) and TRUE_OBJECTIVE in info:
+                out[self.row[agent]] = float(info[TRUE_OBJECTIVE])
+        return out
 
     def render(self) -> Any:
         return self.env.render()

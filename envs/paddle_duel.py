@@ -38,6 +38,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from appo.envs.episode_end import TRUE_OBJECTIVE
+
 AGENTS = ("left", "right")
 VEL_SCALE = 10.0  # observed velocity = VEL_SCALE * court units per step
 STAY, UP, DOWN = 0, 1, 2
@@ -140,6 +142,7 @@ class PaddleDuelEnv:
         if over or truncated:
             for a in AGENTS:
                 infos[a]["winner"] = winner
+                infos[a][TRUE_OBJECTIVE] = float(winner == a)  # PBT's objective: the win rate
             self.agents = []
         return obs, rewards, terms, truncs, infos
 

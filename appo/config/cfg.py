@@ -50,6 +50,9 @@ class SamplingCfg:
     worker_num_splits: int = _f(2, "groups each worker's envs are split into (2 = double buffering)")
     rollout: int = _f(64, "T: env steps of one trajectory slot")
     num_policies: int = _f(1, "policies trained in this run (population)")
+    policy_redraw_every: int = _f(
+        1, "a population: each env (each agent of a multi-agent env) draws its policy anew every N of its episodes"
+    )
     policy_workers_per_policy: int = _f(
         1, "policy worker processes per policy (shared: in all); none run when actor workers act themselves"
     )
@@ -194,7 +197,9 @@ class PbtCfg:
     pbt_perturb_min: float = _f(1.05, "smallest factor a perturbed hyperparameter is multiplied or divided by")
     pbt_perturb_max: float = _f(1.5, "largest such factor")
     pbt_target_objective: str = _f(
-        "train_return", "train_return (average of the last 100 episodes) or eval_return (latest eval / meta-test)"
+        "train_return",
+        "train_return (average of the last 100 episodes), eval_return (latest eval / meta-test) or true_objective"
+        " (average of the last 100 episodes' info['true_objective'], which the env reports: a win rate, say)",
     )
     policy_hparams: str = _f("", 'JSON: starting hyperparameters per policy, e.g. {"1": {"learning_rate": 0}}')
 

@@ -37,6 +37,7 @@ def hparam_ranges(cfg: Any) -> Ranges:
 
 
 RNG_SEED_OFFSET = 7919
+PBT_OBJECTIVES = ("train_return", "eval_return", "true_objective")  # --pbt_target_objective's values
 STATE_VERSION = 1  # of Population.state_dict(); a file of another version is not loaded
 
 
@@ -229,8 +230,8 @@ def verify_pbt(cfg: Any) -> list[str]:
         )
     if cfg.pbt_period_env_steps <= 0 or cfg.pbt_start_mutation < 0:
         errors.append("--pbt_period_env_steps must be > 0 and --pbt_start_mutation >= 0")
-    if cfg.pbt_target_objective not in ("train_return", "eval_return"):
-        errors.append(f"--pbt_target_objective={cfg.pbt_target_objective}: must be train_return or eval_return")
+    if cfg.pbt_target_objective not in PBT_OBJECTIVES:
+        errors.append(f"--pbt_target_objective={cfg.pbt_target_objective}: must be one of {', '.join(PBT_OBJECTIVES)}")
     elif cfg.pbt_target_objective == "eval_return" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
         errors.append("--pbt_target_objective=eval_return: needs --eval_interval > 0 (or --meta_test_interval)")
     try:

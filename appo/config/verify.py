@@ -46,7 +46,7 @@ def verify(cfg: Cfg) -> list[str]:
         + ["num_batches_per_epoch", "num_epochs", "policy_workers_per_policy", "learning_rate", "rnn_size"]
         + ["keep_checkpoints", "report_interval", "train_for_env_steps", "train_for_seconds"]
         + ["episodes_per_trial", "num_test_tasks", "eval_episodes", "worker_stuck_timeout", "max_env_errors"]
-        + ["worker_start_timeout"]
+        + ["worker_start_timeout", "policy_redraw_every"]
         + ["stall_timeout"],
     )
     if errors:

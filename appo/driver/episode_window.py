@@ -1,7 +1,8 @@
 """The driver's episode windows across a resume: the last RETURN_WINDOW episodes of each policy (returns, lengths,
-returns by episode of a trial and by task bucket) and its episode count, kept in the run directory at every report.
-A resumed run starts from them, so `episode/return_mean` goes on from where it stopped instead of restarting from
-the first episodes to end (the short ones: a fallen robot's), and `episode/count` keeps counting."""
+returns by episode of a trial and by task bucket, true objectives, returns of games against a self-play pool) and
+its episode count, kept in the run directory at every report. A resumed run starts from them, so
+`episode/return_mean` goes on from where it stopped instead of restarting from the first episodes to end (the short
+ones: a fallen robot's), `episode/count` keeps counting, and PBT on the true objective has its objectives at once."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def save_windows(stats: Stats, exp_dir: Path) -> None:
             "lengths": list(p.lengths),
             "by_episode": {str(k): list(v) for k, v in p.by_episode.items()},
             "by_task": {k: list(v) for k, v in p.by_task.items()},
+            "objectives": list(p.objectives),
+            "pool_returns": list(p.pool_returns),
         }
         for p in stats.policies
     ]
@@ -57,4 +60,6 @@ def _load(p: PolicyStats, saved: dict[str, Any]) -> None:
     p.lengths = deque((int(v) for v in saved["lengths"]), maxlen=RETURN_WINDOW)
     p.by_episode = {int(k): window(v) for k, v in saved["by_episode"].items()}
     p.by_task = {str(k): window(v) for k, v in saved["by_task"].items()}
+    p.objectives = window(saved.get("objectives", []))
+    p.pool_returns = window(saved.get("pool_returns", []))
     p.resumed = True

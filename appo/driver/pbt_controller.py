@@ -29,7 +29,7 @@ from appo.utils.paths import best_policy_path, write_text_atomic
 
 PBT_LOG_FILE = "pbt.jsonl"
 PBT_STATE_FILE = "pbt_state.json"
-MIN_EPISODES = 10  # a policy with fewer recent episodes has no train_return objective yet
+MIN_EPISODES = 10  # a policy with fewer recent episodes has no train_return (true_objective) objective yet
 
 
 class PbtController:
@@ -69,6 +69,8 @@ class PbtController:
     def objectives(self, policies: list[PolicyStats]) -> list[float | None]:
         if self.cfg.pbt_target_objective == "eval_return":
             return [p.last_eval.return_mean if p.last_eval is not None else None for p in policies]
+        if self.cfg.pbt_target_objective == "true_objective":  # what the env reports (envs/episode_end.py)
+            return [p.objective_mean() if len(p.objectives) >= MIN_EPISODES else None for p in policies]
         return [p.return_mean() if len(p.returns) >= MIN_EPISODES else None for p in policies]
 
     def tick(self, policies: list[PolicyStats]) -> list[Any]:
@@ -90,6 +92,7 @@ class PbtController:
                 assert event.source is not None
                 out.append(CopyPolicy(event.source, pid, event.new_hparams))
                 p.returns.clear()
+                p.objectives.clear()
                 p.last_eval = None
             else:
                 out.append(SetHyperparams(pid, event.new_hparams))

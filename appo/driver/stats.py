@@ -40,6 +40,7 @@ class PolicyStats:
         self.unwritten_events: list[tuple[int, str, float]] = []  # (env steps, tag, value): learners' evaluations
         self.hparams: dict[str, float] = {}  # current values of the hyperparameters PBT may change
         self.pool_returns: deque[float] = deque(maxlen=RETURN_WINDOW)  # games against self-play snapshots
+        self.objectives: deque[float] = deque(maxlen=RETURN_WINDOW)  # true objectives the env reported
 
     def add_trials(self, trials: list[dict]) -> None:
         for trial in trials:
@@ -49,6 +50,9 @@ class PolicyStats:
 
     def return_mean(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else math.nan
+
+    def objective_mean(self) -> float:
+        return sum(self.objectives) / len(self.objectives) if self.objectives else math.nan
 
     def length_mean(self) -> float:
         return sum(self.lengths) / len(self.lengths) if self.lengths else math.nan
@@ -74,6 +78,7 @@ class Stats:
         p.episodes += len(msg.returns)
         p.add_trials(msg.trials)
         p.pool_returns.extend(msg.pool_returns)
+        p.objectives.extend(msg.objectives)
         if msg.busy >= 0:
             self.actor_busy[msg.worker_idx] = msg.busy
 
@@ -219,6 +224,8 @@ class SummaryWriters:
             writer.add_scalar("episode/return_mean", p.return_mean(), step)
             writer.add_scalar("episode/length_mean", p.length_mean(), step)
             writer.add_scalar("episode/count", p.episodes, step)
+        if p.objectives:
+            writer.add_scalar("episode/true_objective", p.objective_mean(), step)
         for k, values in p.by_episode.items():
             writer.add_scalar(f"episode/return_ep{k}", sum(values) / len(values), step)
         for bucket, values in p.by_task.items():

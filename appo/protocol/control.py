@@ -137,15 +137,22 @@ def control_channel(cfg: Cfg, control: dict[str, torch.Tensor], num_tasks: int) 
 
 
 class PolicyDraw:
-    """A population's default assigner: each episode of each env trains a policy drawn uniformly at random."""
+    """A population's default assigner: every `every` episodes of each env (each agent row of a multi-agent env) its
+    policy is drawn anew, uniformly at random; between draws it keeps its policy."""
 
-    def __init__(self, num_policies: int) -> None:
-        self.num_policies = num_policies
+    def __init__(self, num_policies: int, every: int = 1) -> None:
+        self.num_policies, self.every = num_policies, max(1, every)
+        self.episodes: dict[int, int] = {}  # env -> episodes ended since its last draw
 
     def initial(self, rng: np.random.Generator, num_envs: int) -> np.ndarray:
         if self.num_policies == 1:
             return np.zeros(num_envs, dtype=np.int64)
         return rng.integers(self.num_policies, size=num_envs)
 
-    def next(self, rng: np.random.Generator) -> int:
-        return int(rng.integers(self.num_policies)) if self.num_policies > 1 else 0
+    def next(self, rng: np.random.Generator, env: int = 0, current: int = 0) -> int:
+        """The policy of env `env`'s next episode; `current` is its policy now."""
+        if self.num_policies == 1:
+            return 0
+        ended = self.episodes.get(env, 0) + 1
+        self.episodes[env] = ended % self.every
+        return current if ended < self.every else int(rng.integers(self.num_policies))

@@ -26,6 +26,7 @@ import numpy as np
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.envs import make_run_env, make_run_vector
+from appo.envs.episode_end import TRUE_OBJECTIVE
 from appo.envs.wrappers import task_bucket
 from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
 from appo.protocol.processes import component_main
@@ -172,9 +173,10 @@ class ActorWorker:
                 self.worker_idx,
                 [e[0] for e in eps],
                 [e[1] for e in eps],
-                [trial_summary(e[2]) for e in eps if e[2] and VS_POOL not in e[2]],
+                [trial_summary(e[2]) for e in eps if e[2] and "returns" in e[2]],
                 busy,
-                [e[0] for e in eps if e[2] and VS_POOL in e[2]],
+                [e[0] for e in eps if e[2] and e[2].get(VS_POOL)],
+                [e[2][TRUE_OBJECTIVE] for e in eps if e[2] and TRUE_OBJECTIVE in e[2]],
             )
             for pid, eps in by_policy.items()
         ]

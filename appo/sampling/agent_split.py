@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from appo.envs.episode_end import TRUE_OBJECTIVE
 from appo.envs.multi_agent import AgentEnvError
 from appo.protocol.control import FREE, weight_set_of
 from appo.sampling.env_runner import EnvRunner
@@ -118,6 +119,7 @@ class AgentEnvRunner(EnvRunner):
         truncs = np.zeros(n, dtype=np.float32)
         self.continues = np.zeros(n, dtype=bool)
         self.ended = np.zeros(n, dtype=bool)  # agents whose episode ended at this step (reported)
+        self.end_objective = np.full(n, np.nan)  # ... and their true objectives, where their infos give one
         self.acted = self.active.copy()
         self.step_opponent = self.opponent.copy()
         learning = self.step_opponent == FREE
@@ -130,7 +132,7 @@ class AgentEnvRunner(EnvRunner):
             rows, first = self._rows(g), self.first + g * k
             acted = self.acted[rows]
             try:
-                obs, r, term, trunc, after, over, _ = game.step(actions[rows], acted)
+                obs, r, term, trunc, after, over, infos = game.step(actions[rows], acted)
             except AgentEnvError:
                 raise  # the env breaks its contract: the run stops with the message, which names the agent
             except Exception as exc:  # a broken env must not take the worker down: rebuild it, cut every agent
@@ -142,6 +144,8 @@ class AgentEnvRunner(EnvRunner):
                 continue
             ended = acted & (term | trunc)
             self.ended[rows] = ended
+            if ended.any():
+                self.end_objective[rows] = game.objectives(infos)
             rewards[rows] = r
             dones[rows] = ended | ~acted  # a row out of the game: nothing bootstraps across its steps
             truncs[rows] = ended & trunc & ~term
@@ -183,11 +187,13 @@ class AgentEnvRunner(EnvRunner):
         against_pool = (self.step_opponent != FREE).reshape(-1, self.k).any(axis=1).repeat(self.k)
         for i in np.flatnonzero(ended):
             if int(i) not in failed and self.step_opponent[i] == FREE:  # (a snapshot's episode is not a result)
-                info = {VS_POOL: True} if against_pool[i] else None
+                info: dict = {VS_POOL: True} if against_pool[i] else {}
+                if not np.isnan(self.end_objective[i]):
+                    info[TRUE_OBJECTIVE] = float(self.end_objective[i])
                 self.finished.append(
-                    (float(self.ep_returns[i]), int(self.ep_lengths[i]), info, int(self.env_policy[i]))
+                    (float(self.ep_returns[i]), int(self.ep_lengths[i]), info or None, int(self.env_policy[i]))
                 )
-            self.next_policy[i], self.next_weights[i] = self._assigned(int(i), self.policy_draw.next(self.rng))
+            self.next_policy[i], self.next_weights[i] = self._assigned(int(i), self._draw(int(i)))
         self.ep_returns[ended] = 0.0
         self.ep_lengths[ended] = 0
 

@@ -68,7 +68,7 @@ class EnvRunner(SplitEnvs):
         self.next_policy = np.zeros(self.num_envs, dtype=np.int64)  # ... and in the next one
         self.env_weights = np.zeros(self.num_envs, dtype=np.int64)  # the weight set acting for each env
         self.next_weights = np.zeros(self.num_envs, dtype=np.int64)
-        self.policy_draw = PolicyDraw(cfg.num_policies)
+        self.policy_draw = PolicyDraw(cfg.num_policies, cfg.policy_redraw_every)
         # The control channel (appo/protocol/control.py): overrides of policy, task and weights per env, or None.
         self.assignments = control["assignments"] if control is not None and "assignments" in control else None
         # Its command table (reward-conditioned policies): each episode starts from its env's row, unless NaN.

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from appo.envs.episode_end import EPISODE_CONTINUES
+from appo.envs.episode_end import EPISODE_CONTINUES, TRUE_OBJECTIVE
 from appo.envs.tasks import task_family
 from appo.protocol.control import FREE, POLICY, TASK, WEIGHTS
 from appo.utils.logging import log
@@ -51,7 +51,9 @@ class SplitEnvs:
                     truncs[i] = float(truncated and not terminated)
                     self.continues[i] = bool(info.get(EPISODE_CONTINUES, False))
                     trial = info.get("trial")
-                    if trial is not None:
+                    if TRUE_OBJECTIVE in info:  # the finished episode's info: its trial's and its true objective
+                        trials[i] = {**(trial or {}), TRUE_OBJECTIVE: float(info[TRUE_OBJECTIVE])}
+                    elif trial is not None:
                         trials[i] = trial
                     if self.final_obs is not None:
                         self.final_obs[self.first + i, t] = obs  # before the reset replaces it
@@ -144,9 +146,14 @@ class SplitEnvs:
                 if int(i) not in failed:  # an episode cut by an env error is not a result
                     result = (float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i)))
                     self.finished.append((*result, int(self.env_policy[i])))
-                self.next_policy[i], self.next_weights[i] = self._assigned(i, self.policy_draw.next(self.rng))
+                self.next_policy[i], self.next_weights[i] = self._assigned(i, self._draw(i))
             self.ep_returns[ended] = 0.0
             self.ep_lengths[ended] = 0
+
+    def _draw(self, i: int) -> int:
+        """Env `i`'s policy for its next episode, as the population's draw has it (the control channel may override:
+        `_assigned`). Between redraws an env keeps the policy it trains, its next episode's where one is set."""
+        return self.policy_draw.next(self.rng, i, int(self.next_policy[i]))
 
     def _assigned(self, i: int, drawn_policy: int) -> tuple[int, int]:
         """Policy and weight set of env `i`'s next episode: the control channel's, where it sets them, else the

@@ -12,12 +12,13 @@ import pytest
 from appo.config.pbt import Population
 from appo.driver.pbt_controller import PBT_STATE_FILE, PbtController
 from appo.driver.stats import PolicyStats
+from appo.protocol.messages import CopyPolicy
 from appo.utils.logging import log
 from tests.unit.test_pbt import MID, make_cfg
 
 
 def controller_cfg(**overrides):
-    return make_cfg(with_pbt=True, pbt_target_objective="train_return", pbt_mutation_rate=0.5, **overrides)
+    return make_cfg(**{"with_pbt": True, "pbt_target_objective": "train_return", "pbt_mutation_rate": 0.5, **overrides})
 
 
 def stats(env_steps: int, with_returns: bool = True) -> list[PolicyStats]:
@@ -107,3 +108,35 @@ def test_unusable_state_file_is_ignored_with_a_warning(tmp_path: Path, caplog, m
     assert any(PBT_STATE_FILE in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     assert controller.population.next_period == [1000] * 4 and controller.population.hparams == [MID] * 4
     assert controller.tick(stats(1200))  # the run goes on with a fresh schedule
+
+
+def test_the_true_objective_is_the_average_of_what_the_envs_reported_not_the_returns(tmp_path: Path):
+    """--pbt_target_objective=true_objective: each policy's objective is the mean of its last episodes'
+    info['true_objective'] (a win rate here), with none until it has MIN_EPISODES of them; a replaced policy forgets
+    its own, so that its new weights are judged alone."""
+    controller = PbtController(controller_cfg(pbt_target_objective="true_objective"), tmp_path)
+    policies = stats(1200)  # returns 10, 20, 30, 40: the order the win rates below reverse
+    for pid, p in enumerate(policies):
+        p.objectives.extend([1.0] * (4 - pid) + [0.0] * (6 + pid) if pid < 3 else [1.0] * 5)
+    assert controller.objectives(policies) == [0.4, 0.3, 0.2, None]  # policy 3: 5 games, too few
+    policies[3].objectives.extend([0.0] * 5)
+    assert controller.objectives(policies) == [0.4, 0.3, 0.2, 0.5]
+    messages = controller.tick(policies)
+    replaced = [m for m in messages if isinstance(m, CopyPolicy)]
+    assert replaced and all(m.policy_id in (0, 3) and m.target in (1, 2) for m in replaced), messages
+    for m in replaced:
+        assert not policies[m.target].objectives and not policies[m.target].returns
+    controller.write_best(policies)
+    best = json.loads((tmp_path / "best_policy.json").read_text())
+    assert best["objective"] == "true_objective" and best["policy_index"] == 3
+
+
+def test_the_true_objective_is_a_known_objective_name():
+    from appo.config.cfg import Cfg
+    from appo.config.verify import verify
+
+    assert verify(Cfg(env="paddle_duel", num_policies=4, with_pbt=True, pbt_target_objective="true_objective")) == []
+    errors = verify(Cfg(env="paddle_duel", num_policies=4, with_pbt=True, pbt_target_objective="win_rate"))
+    assert errors == ["--pbt_target_objective=win_rate: must be one of train_return, eval_return, true_objective"], (
+        errors
+    )

@@ -266,3 +266,27 @@ def test_a_shared_policy_worker_answers_a_whole_split_with_each_envs_own_policy(
             sent = {e: m.policy_id for m in ready for e in (m.envs if m.envs is not None else range(m.num_envs))}
             assert sent == dict(enumerate(policies.tolist()))
         requests = [m for m in out if type(m) is not TrajectoryReady]
+
+
+def test_each_env_keeps_its_drawn_policy_for_policy_redraw_every_episodes_and_the_draws_are_seeded():
+    from appo.protocol.control import PolicyDraw
+
+    def episodes(seed: int, every: int, envs: int = 3, count: int = 60) -> list[list[int]]:
+        """Each env's policy for `count` episodes, envs ending their episodes in turn."""
+        draw, rng = PolicyDraw(4, every), np.random.default_rng(seed)
+        current = [int(p) for p in draw.initial(rng, envs)]
+        out = [[p] for p in current]
+        for _ in range(count - 1):
+            for env in range(envs):
+                current[env] = draw.next(rng, env, current[env])
+                out[env].append(current[env])
+        return out
+
+    for every in (1, 3):
+        runs = episodes(7, every)
+        assert runs == episodes(7, every) and runs != episodes(8, every)  # seeded
+        for env_policies in runs:
+            assert set(env_policies) == {0, 1, 2, 3}  # every policy plays
+            blocks = [env_policies[i : i + every] for i in range(0, len(env_policies), every)]
+            assert all(len(set(b)) == 1 for b in blocks), env_policies  # a redraw only every `every` episodes
+    assert PolicyDraw(1, 3).next(np.random.default_rng(0), 0, 0) == 0

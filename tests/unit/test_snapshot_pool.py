@@ -17,6 +17,7 @@ from torch import nn
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
+from appo.envs.episode_end import TRUE_OBJECTIVE
 from appo.envs.multi_agent import AgentEnv
 from appo.envs.paddle_duel import PaddleDuelEnv
 from appo.learning.snapshot_pool import SnapshotPool, attach_snapshots
@@ -210,7 +211,8 @@ def play(cfg: Cfg, d, views, control, runner: AgentEnvRunner, rollouts: int, on_
             expected = []
             for i in np.flatnonzero(dones > 0):
                 if learner[i]:
-                    info = {VS_POOL: True} if vs_pool[i // 2] else None
+                    info = {VS_POOL: True} if vs_pool[i // 2] else {}
+                    info[TRUE_OBJECTIVE] = float(returns[i] > 0)  # paddle_duel's: a win
                     expected.append((float(returns[i]), int(lengths[i]), info, 0))
                 returns[i], lengths[i] = 0.0, 0
             seen["games"] += int((dones > 0).sum()) // 2
