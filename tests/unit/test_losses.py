@@ -135,3 +135,29 @@ def test_entropy_loss() -> None:
     loss.backward()
     assert entropy.grad is not None
     torch.testing.assert_close(entropy.grad, torch.full((3,), -1.0 / 3.0, dtype=torch.float64))
+
+
+def test_ppo_loss_trains_on_valid_steps_only_and_not_at_all_without_any(tmp_path):
+    """Multi-agent rows out of their game carry `valid` 0: PPO's loss over a minibatch is its loss over the valid
+    steps alone, and a minibatch with none gives a zero loss and zero gradients (not a loss over the invalid steps)."""
+    from appo.algorithms.ppo.algorithm import Part
+    from tests.unit.test_learner import make_learner, small_cfg
+
+    algo = make_learner(small_cfg(), tmp_path).algorithm
+    gen = torch.Generator().manual_seed(0)
+    n = 12
+    values = torch.randn(n, generator=gen, requires_grad=True)
+    log_probs = torch.randn(n, generator=gen, requires_grad=True)
+    inputs = [torch.randn(n, generator=gen) for _ in range(5)]  # old log-probs, entropy, old values, adv, targets
+
+    def loss(valid, rows=slice(None)):
+        old_lp, entropy, old_v, adv, targets = (x[rows] for x in inputs)
+        lp, v = log_probs[rows], values[rows]
+        return algo._loss(lp, old_lp, entropy, v, old_v, adv, targets, None, None, Part(n, n), valid)[0]
+
+    valid = torch.tensor([1.0, 0.0] * (n // 2))
+    assert loss(valid).item() == pytest.approx(loss(None, slice(0, n, 2)).item(), rel=1e-6)
+    none = loss(torch.zeros(n))
+    assert none.item() == 0.0
+    none.backward()
+    assert torch.count_nonzero(values.grad) == 0 and torch.count_nonzero(log_probs.grad) == 0

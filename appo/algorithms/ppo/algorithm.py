@@ -250,7 +250,10 @@ class PPO(Algorithm):
         loss), `old_dist` the same steps' before this iteration (for the KL loss; None without); `part`: this
         rank's share of the minibatch."""
         cfg, ranks = self.cfg, self.ranks
-        if valid is not None and bool((valid > 0).any()):  # multi-agent: steps out of the game teach nothing
+        weight = 1.0  # 0: a minibatch with no valid step (every agent of its rows out of its game) teaches nothing
+        if valid is not None and not bool((valid > 0).any()):
+            weight = 0.0
+        elif valid is not None:  # multi-agent: steps out of the game teach nothing
             keep = valid.flatten() > 0
             log_probs, old_log_probs, entropy, values, old_values, adv, targets = (
                 x.flatten()[keep] for x in (log_probs, old_log_probs, entropy, values, old_values, adv, targets)
@@ -286,7 +289,7 @@ class PPO(Algorithm):
             loss = loss + cfg.kl_loss_coeff * terms["kl_loss"]
         if ranks.is_distributed:
             loss = loss * (share * ranks.world_size)  # times G: DDP averages the ranks' gradients
-        return loss, {key: value.item() * share for key, value in terms.items()}
+        return loss * weight, {key: value.item() * share for key, value in terms.items()}
 
     def _per_step_loss(
         self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor, ret_all: Tensor, n_global: int, old_dist: Any
