@@ -28,6 +28,7 @@ def save_windows(stats: Stats, exp_dir: Path) -> None:
             "by_task": {k: list(v) for k, v in p.by_task.items()},
             "objectives": list(p.objectives),
             "pool_returns": list(p.pool_returns),
+            "by_agent": {k: list(v) for k, v in p.by_agent.items()},
         }
         for p in stats.policies
     ]
@@ -62,4 +63,5 @@ def _load(p: PolicyStats, saved: dict[str, Any]) -> None:
     p.by_task = {str(k): window(v) for k, v in saved["by_task"].items()}
     p.objectives = window(saved.get("objectives", []))
     p.pool_returns = window(saved.get("pool_returns", []))
+    p.by_agent = {str(k): window(v) for k, v in saved.get("by_agent", {}).items()}
     p.resumed = True

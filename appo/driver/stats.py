@@ -41,6 +41,7 @@ class PolicyStats:
         self.hparams: dict[str, float] = {}  # current values of the hyperparameters PBT may change
         self.pool_returns: deque[float] = deque(maxlen=RETURN_WINDOW)  # games against self-play snapshots
         self.objectives: deque[float] = deque(maxlen=RETURN_WINDOW)  # true objectives the env reported
+        self.by_agent: dict[str, deque[float]] = {}  # multi-agent: returns by agent name
 
     def add_trials(self, trials: list[dict]) -> None:
         for trial in trials:
@@ -79,6 +80,8 @@ class Stats:
         p.add_trials(msg.trials)
         p.pool_returns.extend(msg.pool_returns)
         p.objectives.extend(msg.objectives)
+        for agent, returns in msg.agent_returns.items():
+            p.by_agent.setdefault(agent, deque(maxlen=RETURN_WINDOW)).extend(returns)
         if msg.busy >= 0:
             self.actor_busy[msg.worker_idx] = msg.busy
 
@@ -230,6 +233,8 @@ class SummaryWriters:
             writer.add_scalar(f"episode/return_ep{k}", sum(values) / len(values), step)
         for bucket, values in p.by_task.items():
             writer.add_scalar(f"episode_by_task/{bucket}", sum(values) / len(values), step)
+        for agent, values in p.by_agent.items():
+            writer.add_scalar(f"episode_by_agent/{agent}", sum(values) / len(values), step)
         if p.pool_returns:  # self-play: the policy's last games against its pool of past selves
             writer.add_scalar("selfplay/pool_return_mean", sum(p.pool_returns) / len(p.pool_returns), step)
             wins = sum(r > 0 for r in p.pool_returns) / len(p.pool_returns)

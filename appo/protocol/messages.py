@@ -98,6 +98,7 @@ class EpisodeReport(NamedTuple):
     busy: float = -1.0  # share of the worker's wall time spent stepping envs since its last report
     pool_returns: list[float] = []  # of `returns`, those of games against a self-play snapshot (multi-agent)
     objectives: list[float] = []  # the true objectives of those episodes whose env reported one (info[TRUE_OBJECTIVE])
+    agent_returns: dict[str, list[float]] = {}  # multi-agent: `returns` again, by the name of the agent that played
 
 
 class TrainReport(NamedTuple):

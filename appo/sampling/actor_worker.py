@@ -32,7 +32,7 @@ from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest
 from appo.protocol.processes import component_main
 from appo.protocol.shared_views import ParamViews, numpy_views
 from appo.protocol.wiring import Queues, actor_inbox, send
-from appo.sampling.agent_split import VS_POOL, AgentEnvRunner
+from appo.sampling.agent_split import AGENT, VS_POOL, AgentEnvRunner
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.inference import Inference, make_numpy_inference
 from appo.sampling.vector_split import VectorEnvRunner
@@ -46,6 +46,15 @@ def trial_summary(trial: dict) -> dict:
     """What the driver reads of a finished trial: its episodes' returns and its task's bucket label, not the task
     itself (a tabular MDP's task is its tables: kilobytes a trial, which once overflowed the driver's queue)."""
     return {"returns": [float(r) for r in trial["returns"]], "bucket": task_bucket(trial["task"])}
+
+
+def by_agent(episodes: list[tuple[float, int, dict | None, int]]) -> dict[str, list[float]]:
+    """Multi-agent envs: the returns of finished episodes by the name of the agent that played them."""
+    out: dict[str, list[float]] = {}
+    for ret, _, info, _ in episodes:
+        if info and AGENT in info:
+            out.setdefault(info[AGENT], []).append(ret)
+    return out
 
 
 def acting_stream(worker_idx: int, incarnation: int) -> int:
@@ -177,6 +186,7 @@ class ActorWorker:
                 busy,
                 [e[0] for e in eps if e[2] and e[2].get(VS_POOL)],
                 [e[2][TRUE_OBJECTIVE] for e in eps if e[2] and TRUE_OBJECTIVE in e[2]],
+                by_agent(eps),
             )
             for pid, eps in by_policy.items()
         ]

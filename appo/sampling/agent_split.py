@@ -33,7 +33,10 @@ from appo.envs.multi_agent import AgentEnvError
 from appo.protocol.control import FREE, weight_set_of
 from appo.sampling.env_runner import EnvRunner
 
-VS_POOL = "vs_pool"  # marks a reported episode (its info slot) as a game against a self-play snapshot
+# The info slot of a reported episode: which agent played it (its name), and whether its game was against a self-play
+# snapshot (appo/sampling/actor_worker.py reports).
+AGENT = "agent"
+VS_POOL = "vs_pool"
 
 
 class AgentRow:
@@ -187,11 +190,13 @@ class AgentEnvRunner(EnvRunner):
         against_pool = (self.step_opponent != FREE).reshape(-1, self.k).any(axis=1).repeat(self.k)
         for i in np.flatnonzero(ended):
             if int(i) not in failed and self.step_opponent[i] == FREE:  # (a snapshot's episode is not a result)
-                info: dict = {VS_POOL: True} if against_pool[i] else {}
+                info: dict = {AGENT: str(self.games[i // self.k].agents[i % self.k])}
+                if against_pool[i]:
+                    info[VS_POOL] = True
                 if not np.isnan(self.end_objective[i]):
                     info[TRUE_OBJECTIVE] = float(self.end_objective[i])
                 self.finished.append(
-                    (float(self.ep_returns[i]), int(self.ep_lengths[i]), info or None, int(self.env_policy[i]))
+                    (float(self.ep_returns[i]), int(self.ep_lengths[i]), info, int(self.env_policy[i]))
                 )
             self.next_policy[i], self.next_weights[i] = self._assigned(int(i), self._draw(int(i)))
         self.ep_returns[ended] = 0.0

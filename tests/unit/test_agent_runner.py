@@ -15,7 +15,7 @@ from appo.config.derive import derive
 from appo.envs.multi_agent import AgentEnv, AgentEnvError
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
-from appo.sampling.agent_split import AgentEnvRunner
+from appo.sampling.agent_split import AGENT, AgentEnvRunner
 from tests.support.agent_games import AGENTS, BrokenGame, LeaveJoinGame, UnequalSpacesGame
 
 K = len(AGENTS)
@@ -76,7 +76,7 @@ class ReferenceGame:
             self.returns[j] += rewards[agent]
             self.lengths[j] += 1
             if done[j]:
-                finished.append((float(self.returns[j]), int(self.lengths[j]), None, 0))
+                finished.append((float(self.returns[j]), int(self.lengths[j]), {AGENT: agent}, 0))
                 self.returns[j], self.lengths[j] = 0.0, 0
         if not self.env.agents:  # every agent left: the game starts again
             obs = self.env.reset()[0]

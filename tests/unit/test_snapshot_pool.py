@@ -26,7 +26,7 @@ from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy
 from appo.protocol.control import allocate_snapshot_versions, weight_set_of
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.protocol.param_sync import ParamStore
-from appo.sampling.agent_split import VS_POOL, AgentEnvRunner
+from appo.sampling.agent_split import AGENT, VS_POOL, AgentEnvRunner
 
 POOL, EVERY = 3, 5
 OBS, ACTIONS = spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(3)
@@ -211,7 +211,7 @@ def play(cfg: Cfg, d, views, control, runner: AgentEnvRunner, rollouts: int, on_
             expected = []
             for i in np.flatnonzero(dones > 0):
                 if learner[i]:
-                    info = {VS_POOL: True} if vs_pool[i // 2] else {}
+                    info = {AGENT: ("left", "right")[i % 2]} | ({VS_POOL: True} if vs_pool[i // 2] else {})
                     info[TRUE_OBJECTIVE] = float(returns[i] > 0)  # paddle_duel's: a win
                     expected.append((float(returns[i]), int(lengths[i]), info, 0))
                 returns[i], lengths[i] = 0.0, 0
