@@ -25,6 +25,9 @@ class Derived:
     # env index (envs_per_split, num_envs_total, control-channel rows) then counts agent rows.
     agents_per_env: int = 1
     multi_agent: bool = False
+    # A resumed run: the env steps its checkpoints hold (the fewest of its policies'); 0 for a new run. Actor workers
+    # seed from it, so that a resumed run draws new env seeds and policies rather than the first start's again.
+    resumed_steps: int = 0
 
 
 def derive(cfg: Cfg, agents_per_env: int = 1, multi_agent: bool = False) -> Derived:

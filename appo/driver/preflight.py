@@ -5,6 +5,7 @@ already spent (it trains nothing: a finished run's checkpoints stay as they are)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -103,11 +104,14 @@ def check_shared_memory(cfg: Cfg, spaces: tuple[Any, Any], derived: Any = None, 
         raise SystemExit(2)
 
 
-def spent_at_resume(cfg: Cfg, spaces: tuple[Any, Any]) -> str | None:
+def spent_at_resume(cfg: Cfg, spaces: tuple[Any, Any]) -> tuple[str | None, int]:
     """The budget the run's checkpoints have already spent (env steps or iterations; a time budget is this
-    session's), after checking that they fit; None for a new run or one with training left."""
+    session's), after checking that they fit, None for a new run or one with training left; and the env steps they
+    hold (0 for a new run)."""
     counters = check_checkpoints(cfg, spaces)
-    return None if counters is None else budget_spent(cfg, *counters, elapsed=0.0)
+    if counters is None:
+        return None, 0
+    return budget_spent(cfg, *counters, elapsed=0.0), counters[0]
 
 
 def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
@@ -131,7 +135,7 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
     num_tasks = len(assigner.tasks) if assigner is not None else 0  # train tasks the control channel may name
     env.close()
     check_shared_memory(cfg, spaces, derive(cfg, agents, multi_agent))
-    spent = spent_at_resume(cfg, spaces)
+    spent, resumed_steps = spent_at_resume(cfg, spaces)
     exp_dir = experiment_dir(cfg)
     exp_dir.mkdir(parents=True, exist_ok=True)
     hold_run_dir(exp_dir)  # one driver per run directory (appo/driver/run_lock.py): released as run() returns
@@ -142,4 +146,5 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
     set_process_title(process_title(cfg, "driver"))
     if spent:
         log.info("nothing to train: the run's checkpoints have %s; raise that budget to train on", spent)
-    return exp_dir, spaces, derive(cfg, agents, multi_agent), num_tasks, spent
+    derived = dataclasses.replace(derive(cfg, agents, multi_agent), resumed_steps=resumed_steps)
+    return exp_dir, spaces, derived, num_tasks, spent

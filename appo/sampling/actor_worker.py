@@ -79,7 +79,7 @@ class ActorWorker:
     ) -> None:
         """`buffers`, `control`: shared tensors or numpy arrays over them. `inference`: components to answer this
         worker's requests in-process (or None)."""
-        self.cfg, self.worker_idx, self.incarnation = cfg, worker_idx, incarnation
+        self.cfg, self.derived, self.worker_idx, self.incarnation = cfg, derived, worker_idx, incarnation
         self.inference = {w.policy_id: w for w in inference or []}
         self.pending: list[InferenceRequest] = []  # requests to answer here at the next act_locally
         views = numpy_views(buffers)
@@ -109,13 +109,17 @@ class ActorWorker:
         self.starting()
         return env
 
+    def seed(self, seed: int) -> int:
+        """`seed` for this worker's start: its own after a restart and in a resumed run (appo/utils/seeding.py)."""
+        return incarnation_seed(seed, self.incarnation, self.derived.resumed_steps)
+
     def init(self) -> list[Any]:
         msgs: list[Any] = []
         for runner in self.runners:
             seed = self.cfg.seed * 100_003 + (self.worker_idx * self.cfg.worker_num_splits + runner.split_idx) * 1009
-            msgs += runner.init(incarnation_seed(seed, self.incarnation))  # env seeds, noise, policy draws
+            msgs += runner.init(self.seed(seed))  # env seeds, noise, policy draws
         if self.cfg.decorrelate_experience_max_seconds > 0:
-            seconds = random.Random(incarnation_seed(self.cfg.seed + self.worker_idx, self.incarnation)).uniform(
+            seconds = random.Random(self.seed(self.cfg.seed + self.worker_idx)).uniform(
                 0, self.cfg.decorrelate_experience_max_seconds
             )
             for runner in self.runners:

@@ -1,8 +1,11 @@
 """A restarted actor worker draws new random streams: its envs' reset seeds, its task order and its action noise
 differ from its predecessor's (which repeated them after every restart), while a first start keeps its seeds, so
-runs without restarts stay as reproducible as before."""
+runs without restarts stay as reproducible as before. A resumed run's workers draw streams of their own too (its
+policy draws included), the same for a resume from the same checkpoints."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -17,11 +20,12 @@ FLAGS = {"env": "navigation2d", "task_schedule": "per_episode", "num_workers": 1
 FLAGS |= {"worker_num_splits": 1, "rollout": 8, "batch_size": 64, "device": "cpu", "seed": 4}
 
 
-def started(incarnation: int) -> dict:
-    """What an actor worker's `incarnation`-th start draws: each env's generator as its reset seeded it, each env's
-    first task, and the worker's next random numbers (policy draws, action noise of episodic runs)."""
+def started(incarnation: int, resumed_steps: int = 0) -> dict:
+    """What an actor worker's `incarnation`-th start draws (in a run resumed at `resumed_steps`): each env's
+    generator as its reset seeded it, each env's first task, and the worker's next random numbers (policy draws,
+    action noise of episodic runs)."""
     cfg = merge_cfg(dict(FLAGS), None)
-    d = derive(cfg)
+    d = dataclasses.replace(derive(cfg), resumed_steps=resumed_steps)
     env = make_run_env(cfg)
     spaces = (env.observation_space, env.action_space)
     env.close()
@@ -54,3 +58,14 @@ def test_incarnation_seeds_differ_and_the_first_is_the_seed() -> None:
     assert incarnation_seed(123, 0) == 123
     seeds = {incarnation_seed(123, k) for k in range(1, 50)} | {incarnation_seed(124, k) for k in range(1, 50)}
     assert len(seeds) == 98
+
+
+def test_a_resumed_run_draws_new_streams_and_the_same_for_the_same_checkpoints() -> None:
+    first, resumed, again, later = started(0), started(0, 5000), started(0, 5000), started(0, 9000)
+    for key in ("env_seeds", "env_task", "rng"):
+        np.testing.assert_array_equal(resumed[key], again[key], err_msg=f"{key}: a resume must be reproducible")
+    for other in (first, later):
+        assert not np.array_equal(resumed["env_seeds"], other["env_seeds"]), "a resume replays env seeds"
+        assert not np.array_equal(resumed["rng"], other["rng"]), "a resume replays the policy draws"
+    assert incarnation_seed(123, 0, 0) == 123 and incarnation_seed(123, 1, 0) == incarnation_seed(123, 1)
+    assert len({incarnation_seed(123, k, r) for k in range(3) for r in (0, 1, 5000)}) == 9
