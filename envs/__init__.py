@@ -13,6 +13,7 @@ import gymnasium as gym
 
 from appo.envs.multi_agent import AgentEnv, is_parallel_env
 from appo.envs.presets import ATARI_PREFIXES
+from appo.envs.sf_agents import SfAgents, is_sf_multi_agent
 from appo.utils.seeding import incarnation_seed
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = No
         env = _from_class_path(name, kwargs)
         if is_parallel_env(env):  # many agents in one env (a PettingZoo Parallel env): a row per agent
             return AgentEnv(env, name)
+        if is_sf_multi_agent(env):  # ... or one of Sample Factory's (appo/envs/sf_agents.py)
+            return AgentEnv(SfAgents(env, name), name)
     else:
         try:
             # The passive env checker costs time on every step; envs are checked by tests instead.

@@ -153,6 +153,22 @@ def test_a_game_whose_agents_leave_early_and_join_late_trains(train_dir: Path) -
     assert all(abs(v) < 1e6 for _, v in scalars(summaries, "train/value_loss"))
 
 
+def test_a_sample_factory_style_env_trains_with_its_agents_leaving_and_rejoining(train_dir: Path) -> None:
+    """tests/support/agent_games.py SfStyleGame (Sample Factory's contract: lists, auto-reset, info["is_active"]) on
+    the local backend with two actor workers: agent_1 is inactive mid-episode, so each game reports one 6-step life
+    of agent_0 and two 2-step lives of agent_1, whose returns (an action of 0 or 1 plus the step over 4 each step)
+    the per-agent summaries keep apart."""
+    args = [f"--env={GAMES}:SfStyleGame", "--num_workers=2", "--num_envs_per_worker=4", "--rollout=8"]
+    exp = train(train_dir, "sf", *args, "--batch_size=96", "--train_for_env_steps=20000", "--report_interval=1")
+    summaries = exp / "summaries" / "0"
+    agent_0 = [v for _, v in scalars(summaries, "episode_by_agent/agent_0")]
+    agent_1 = [v for _, v in scalars(summaries, "episode_by_agent/agent_1")]
+    assert agent_0 and all(5.25 <= v <= 11.25 for v in agent_0), agent_0  # steps 1-6: 21/4 plus 0 to 6 actions
+    assert agent_1 and all(0.75 <= v <= 4.75 for v in agent_1), agent_1  # steps 1-2 or 5-6
+    lengths = [v for _, v in scalars(summaries, "episode/length_mean")]
+    assert lengths and all(2.0 < v < 6.0 for v in lengths), lengths
+
+
 @pytest.mark.parametrize(
     ("factory", "message"),
     [

@@ -141,3 +141,58 @@ def nan_reward_game(**kwargs: Any) -> BrokenGame:
 
 def changing_spaces_game(**kwargs: Any) -> BrokenGame:
     return BrokenGame("spaces", **kwargs)
+
+
+class SfStyleGame:
+    """Sample Factory's multi-agent contract (appo/envs/sf_agents.py): two agents, lists in and out, an episode of
+    `length` steps that ends for both at once and resets itself (the observations step returns then are the next
+    episode's first); agent 1 is inactive (info["is_active"] False) from step `sleep` to step `wake` - 1 of every
+    episode. An agent's observation is [step, agent, episode, its last action]; its reward is its action plus the step
+    over 4. With `desync`, agent 0's episode ends at step 2 alone (which the adapter refuses). `resets` counts calls
+    of reset()."""
+
+    num_agents = 2
+    is_multiagent = True
+    observation_space = OBS
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, length: int = 6, sleep: int = 2, wake: int = 4, desync: bool = False, **_: Any) -> None:
+        self.length, self.sleep, self.wake, self.desync = length, sleep, wake, desync
+        self.episode, self.steps, self.resets = -1, 0, 0
+        self.last = [-1, -1]
+
+    def _start(self) -> tuple[list, list]:
+        self.episode += 1
+        self.steps = 0
+        self.last = [-1, -1]
+        return self._obs(), self._infos()
+
+    def _obs(self) -> list[np.ndarray]:
+        return [np.array([self.steps, i, self.episode, self.last[i]], dtype=np.float32) for i in range(2)]
+
+    def _infos(self) -> list[dict]:
+        return [{}, {"is_active": not self.sleep <= self.steps < self.wake}]
+
+    def reset(self, seed: int | None = None) -> tuple[list, list]:
+        self.resets += 1
+        return self._start()
+
+    def step(self, actions: list) -> tuple[list, list, list, list, list]:
+        self.steps += 1
+        self.last = [int(a) for a in actions]
+        rewards = [float(a) + self.steps / 4 for a in self.last]
+        done = self.steps >= self.length
+        terms = [done or (self.desync and i == 0 and self.steps == 2) for i in range(2)]
+        truncs = [False, False]
+        if done:
+            obs, infos = self._start()
+        else:
+            obs, infos = self._obs(), self._infos()
+        return obs, rewards, terms, truncs, infos
+
+    def close(self) -> None:
+        pass
+
+
+def desync_sf_game(**kwargs: Any) -> SfStyleGame:
+    return SfStyleGame(desync=True, **kwargs)
