@@ -33,8 +33,6 @@ def _selfplay(cfg: Cfg) -> list[str]:
         errors.append(f"--selfplay_snapshot_every={cfg.selfplay_snapshot_every}: must be >= 1")
     if not 0.0 <= cfg.selfplay_pool_prob <= 1.0:
         errors.append(f"--selfplay_pool_prob={cfg.selfplay_pool_prob}: must be in [0, 1]")
-    if cfg.selfplay_pool > 0 and cfg.backend == "ray":
-        errors.append("--selfplay_pool: runs on the local backend and in --serial_mode, not --backend=ray yet")
     return errors
 
 

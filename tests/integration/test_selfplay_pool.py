@@ -1,8 +1,8 @@
-"""Self-play against past selves (--selfplay_pool) through whole runs of train_appo.py on paddle_duel, in serial mode
-and on the local backend with two actor workers: the policy's games against its pool reach tensorboard
-(selfplay/pool_win_rate, selfplay/pool_return_mean), the learner's checkpoint holds the pool (the last snapshots,
-taken every --selfplay_snapshot_every versions), and a resumed run starts from the saved pool and goes on filling
-it. Flags that cannot work are refused before the run with one line naming the flag."""
+"""Self-play against past selves (--selfplay_pool) through whole runs of train_appo.py on paddle_duel, in serial mode,
+on the local backend with two actor workers and on a private Ray instance: the policy's games against its pool
+reach tensorboard (selfplay/pool_win_rate, selfplay/pool_return_mean), the learner's checkpoint holds the pool (the
+last snapshots, taken every --selfplay_snapshot_every versions), and a resumed run starts from the saved pool and
+goes on filling it. Flags that cannot work are refused before the run with one line naming the flag."""
 
 from __future__ import annotations
 
@@ -14,11 +14,16 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from appo.learning.checkpoint import list_checkpoints
 from tests.conftest import run_script
+from tests.support.ray_cluster import needs_ray
 
 EVERY = 5
 POOL = ["--selfplay_pool=2", f"--selfplay_snapshot_every={EVERY}"]
 DUEL = ["--env=paddle_duel", "--num_envs_per_worker=4", "--rollout=16", "--batch_size=128", "--report_interval=1"]
-MODES = {"serial": ["--serial_mode", "--num_workers=1"], "local": ["--num_workers=2"]}
+MODES = {
+    "serial": ["--serial_mode", "--num_workers=1"],
+    "local": ["--num_workers=2"],
+    "ray": ["--backend=ray", "--num_workers=2", "--ray_object_store_mb=100"],
+}
 RESTORED = "learner 0: self-play pool restored, 2 snapshots"
 
 
@@ -55,7 +60,7 @@ def check_pool(version: int, pool: dict) -> list[int]:
     return versions
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("mode", ["serial", "local", pytest.param("ray", marks=needs_ray)])
 def test_a_run_plays_its_pool_saves_it_and_a_resumed_run_goes_on_from_it(train_dir: Path, mode: str) -> None:
     args = [*DUEL, *MODES[mode], *POOL]
     exp = train(train_dir, args, 30000)

@@ -43,7 +43,9 @@ class RayActorWorker:
         self._limits = limit_threads(1)  # one thread per actor, as in a local actor worker
         self.cfg, self.derived, self.worker_idx, self.spaces = cfg, derived, worker_idx, spaces
         self.replay_shards = replay_shards  # SAC's replay actors: full groups' transitions go there
-        self.num_weight_sets = cfg.num_policies  # one ParamStore each (an episodic run has more: maml.py)
+        # One ParamStore per weight set: each policy's, then its self-play snapshots' (an episodic run has more:
+        # appo/maml/ray_actors.py).
+        self.num_weight_sets = cfg.num_policies * (1 + cfg.selfplay_pool)
         self.worker: Any = None
 
     def start(self, incarnation: int, group_at_learner: np.ndarray, weights: dict[int, tuple[int, Any]]) -> dict:
@@ -99,6 +101,7 @@ class RayActorWorker:
         assignments: np.ndarray,
         commands: np.ndarray,
         seconds: float,
+        snapshot_versions: np.ndarray | None = None,
     ) -> dict:
         """Step until at least one slot group is full (or `seconds` pass, or every group is at the learner);
         returns the full groups' rows of every trajectory field, their TrajectoryReady messages and the
@@ -108,6 +111,8 @@ class RayActorWorker:
             return {"restarted": True}
         self.control["assignments"][self.envs] = torch.from_numpy(assignments)
         self.control["commands"][self.envs] = torch.from_numpy(commands)
+        if snapshot_versions is not None:  # self-play: the filled snapshots, as the learners' table has them
+            self.control["snapshot_versions"].copy_(torch.from_numpy(snapshot_versions))
         self._load_weights(weights)
         out = self.outbox
         for msg in releases:

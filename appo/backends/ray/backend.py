@@ -14,10 +14,12 @@ The transport of docs/architecture.md's seams, with arrays instead of slot indic
   back to the actor with the next `collect` call: slot ownership moves as in a local run, so backpressure does
   too (an actor whose groups are all at the learner parks and is not called until one comes back), and at most
   IN_FLIGHT calls wait per actor.
-  weights: each new version of a policy is put into the object store once; an actor gets the reference with its
-  next call when its version is behind, and fetches the object itself (once per node, shared there).
+  weights: each new version of a policy (or of one of its self-play snapshots) is put into the object store once;
+  an actor gets the reference with its next call when its version is behind, and fetches the object itself (once
+  per node, shared there).
   control channel: the rows of the driver's assignments and commands tables that name the actor's envs travel
-  with every call (a few numbers per env), so learners' and the driver's choices reach the actors as locally.
+  with every call (a few numbers per env), and the table of filled self-play snapshots with a pool, so learners'
+  and the driver's choices reach the actors as locally.
   replay shards (SAC, --num_replay_shards): Ray actors the driver creates first; an actor sends each full group's
   transitions to one of them and only the group's policy versions to the driver; the learner samples them as a
   Ray client (appo/backends/ray/replay_shards.py).
@@ -57,7 +59,8 @@ class RayBackend(LocalBackend):
         super().__init__(*args, **kwargs)
         self.started_ray = False
         self.actors: list[ActorState] = []
-        self.weights: list[tuple[int, Any]] = [(-1, None)] * self.cfg.num_policies  # (version, [ref]) per policy
+        # (version, [ref]) per weight set: the policies', then their self-play snapshots'
+        self.weights: list[tuple[int, Any]] = [(-1, None)] * len(self.weight_sets)
         self.ray_restarts = 0
         self.failures: list[str] = []
         self.np_buffers = {k: v.numpy() for k, v in self.buffers.items()}  # the run's shared trajectory table
@@ -94,7 +97,7 @@ class RayBackend(LocalBackend):
         remote = remote_actor_class(self.cfg, RayActorWorker, self.started_ray, "actor workers")
         for w in self.topology.actors:
             handle = remote.remote(self.cfg, self.derived, w, self.spaces, self.shards or None)
-            state = ActorState(handle, versions=[-1] * self.cfg.num_policies)
+            state = ActorState(handle, versions=[-1] * len(self.weight_sets))
             self.actors.append(state)
             self._start(w, state)
 
@@ -105,7 +108,7 @@ class RayBackend(LocalBackend):
         state.is_parked, state.start_at = False, None
 
     def _weights_for(self, state: ActorState) -> dict[int, tuple[int, Any]]:
-        """References to the newest weights of each policy this actor has not had yet."""
+        """References to the newest weights of each weight set this actor has not had yet."""
         self._put_weights()
         out = {}
         for p, (version, ref) in enumerate(self.weights):
@@ -115,10 +118,10 @@ class RayBackend(LocalBackend):
         return out
 
     def _put_weights(self) -> None:
-        """Put each policy's newest published weights into the object store, once per version."""
+        """Put each weight set's newest published weights into the object store, once per version."""
         import ray
 
-        for p, store in enumerate(self.params):
+        for p, store in enumerate(self.weight_sets):
             version = store.current_version()
             if version != self.weights[p][0]:
                 version = store.pull(self.template)
@@ -165,6 +168,7 @@ class RayBackend(LocalBackend):
     def _submit(self) -> None:
         """Keep IN_FLIGHT collect calls queued on every started actor that is not parked."""
         assignments, commands = self.control["assignments"].numpy(), self.control["commands"].numpy()
+        snapshots = self.control["snapshot_versions"].numpy().copy() if "snapshot_versions" in self.control else None
         for w, state in enumerate(self.actors):
             if state.start_at is not None and time.monotonic() >= state.start_at:
                 self._start(w, state)
@@ -173,7 +177,7 @@ class RayBackend(LocalBackend):
             envs = worker_envs(self.cfg, self.derived, w)
             while len(state.in_flight) < IN_FLIGHT:
                 ref = state.handle.collect.remote(
-                    state.releases, self._weights_for(state), assignments[envs], commands[envs], 1.0
+                    state.releases, self._weights_for(state), assignments[envs], commands[envs], 1.0, snapshots
                 )
                 state.releases = []
                 state.in_flight[ref] = time.monotonic()
@@ -234,7 +238,7 @@ class RayBackend(LocalBackend):
             return
         self.ray_restarts += 1
         state.incarnation += 1
-        state.versions = [-1] * self.cfg.num_policies
+        state.versions = [-1] * len(self.weight_sets)
         log.warning("actor_worker_%d %s: starting it again (restart %d)", w, why, self.ray_restarts)
         self._start(w, state)
 
