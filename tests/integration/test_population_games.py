@@ -33,6 +33,8 @@ POPULATION = [
     "--pbt_target_objective=true_objective",
     f"--pbt_period_env_steps={PERIOD}",
     f"--pbt_start_mutation={PERIOD}",
+    "--pbt_replace_reward_gap=0",  # any win-rate gap over 0.01 replaces the worst (the policies start alike)
+    "--pbt_replace_reward_gap_absolute=0.01",
     "--report_interval=1",
     "--seed=3",
 ]
@@ -65,6 +67,10 @@ def test_a_population_of_four_in_one_env_ranks_by_win_rate_and_resumes_its_pbt_s
     for event in first:  # objectives are win rates (fractions of games won), not returns (-1..1, zero-sum)
         assert all(o is None or 0.0 <= o <= 1.0 for o in event["objectives"]), event
     assert any(sum(o is not None for o in e["objectives"]) >= 2 for e in first), first
+    replaced = [e for e in first if e["kind"] == "replace"]
+    assert replaced, f"no policy replaced in {len(first)} decisions"
+    for e in replaced:  # a worse win rate takes a better one's weights
+        assert e["objectives"][e["source"]] > e["objectives"][e["target"]] + 0.01, e
     for pid in range(POLICIES):
         summaries = exp / "summaries" / str(pid)
         win_rates = [v for _, v in scalars(summaries, "episode/true_objective")]
