@@ -61,7 +61,7 @@ SELFPLAY_FLAGS = [
 
 SPREAD = "mpe2.simple_spread_v3:parallel_env"
 # simple_spread settings: a game per env row group, rollouts of one whole 25-step episode, a learning rate and entropy
-# bonus as MAPPO's MPE runs (Yu et al. 2021), four epochs over two minibatches of one collection (96 rows x 25).
+# bonus as MAPPO's MPE runs (Yu et al. 2021), four epochs over two minibatches of 2,400 steps (96 rows x 25 each).
 SPREAD_FLAGS = [
     "--num_workers=2",
     "--num_envs_per_worker=16",
