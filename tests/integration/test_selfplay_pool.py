@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from appo.learning.checkpoint import list_checkpoints
 from tests.conftest import run_script
-from tests.support.ray_cluster import needs_ray
+from tests.support.ray_cluster import RAY_MARKS
 
 EVERY = 5
 POOL = ["--selfplay_pool=2", f"--selfplay_snapshot_every={EVERY}"]
@@ -60,7 +60,7 @@ def check_pool(version: int, pool: dict) -> list[int]:
     return versions
 
 
-@pytest.mark.parametrize("mode", ["serial", "local", pytest.param("ray", marks=needs_ray)])
+@pytest.mark.parametrize("mode", ["serial", "local", pytest.param("ray", marks=RAY_MARKS)])
 def test_a_run_plays_its_pool_saves_it_and_a_resumed_run_goes_on_from_it(train_dir: Path, mode: str) -> None:
     args = [*DUEL, *MODES[mode], *POOL]
     exp = train(train_dir, args, 30000)

@@ -16,10 +16,14 @@ import pytest
 _skip_without_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs pip install -e '.[ray]'")
 
 
+# A Ray test's marks: skipped without Ray, and in pytest-xdist's group "ray": Ray tests run one after another in one
+# worker, as each checks that no Ray process is left on the machine (`ray_processes`) when it ends.
+RAY_MARKS = (pytest.mark.xdist_group("ray"), _skip_without_ray)
+
+
 def needs_ray(test):
-    """A Ray test: skipped without Ray, and in pytest-xdist's group "ray": Ray tests run one after another in one
-    worker, as each checks that no Ray process is left on the machine (`ray_processes`) when it ends."""
-    return pytest.mark.xdist_group("ray")(_skip_without_ray(test))
+    """A Ray test (RAY_MARKS); `pytest.param(..., marks=RAY_MARKS)` marks one parameter of a test so."""
+    return RAY_MARKS[0](RAY_MARKS[1](test))
 
 
 OBJECT_STORE = 100 * 2**20
