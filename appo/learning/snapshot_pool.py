@@ -4,7 +4,8 @@ its agents meet in a share of multi-agent games (--selfplay_pool_prob; appo/samp
 Every snapshot is a weight set of its own: a ParamStore beside the policies' stores, which the inference components
 serve like any weight set (the run's weight sets are the policies' stores, then policy 0's snapshots, policy 1's,
 ...). The policy's learner fills its pool: every --selfplay_snapshot_every versions it publishes its weights into
-the oldest slot, and writes the snapshot's version into the control table `snapshot_versions` [policies, pool]
+a slot (--selfplay_pool_keep: the oldest's, or, to keep the pool spaced over the whole run, the one whose snapshot
+leaves the smallest gap between its neighbours), and writes the snapshot's version into the control table `snapshot_versions` [policies, pool]
 (0: an empty slot), which is how actor workers know which snapshots they may draw. The pool is part of the learner's
 checkpoint, so a resumed run meets the same past selves."""
 
@@ -32,7 +33,7 @@ class SnapshotPool:
     """One policy's pool, kept by its learner (see the module docstring)."""
 
     def __init__(self, cfg: Cfg, policy_id: int, stores: list[ParamStore], versions: Any) -> None:
-        self.every = cfg.selfplay_snapshot_every
+        self.every, self.keep = cfg.selfplay_snapshot_every, cfg.selfplay_pool_keep
         self.stores, self.policy_id = stores, policy_id
         self.versions = versions  # the control table's row of this policy (shared), or None
         self.added = 0  # snapshots taken so far; the next goes to slot added % pool size
@@ -41,11 +42,23 @@ class SnapshotPool:
         """Take a snapshot when `version` is a multiple of --selfplay_snapshot_every."""
         if not self.stores or version <= 0 or version % self.every:
             return
-        slot = self.added % len(self.stores)
+        slot = self._slot(version)
         self.stores[slot].publish(model, version)
         if self.versions is not None:
             self.versions[self.policy_id, slot] = version
         self.added += 1
+
+    def _slot(self, version: int) -> int:
+        """The slot the snapshot of `version` goes to: an empty one while there is one; then the oldest (recent), or
+        (spread) of the snapshots after the first, the one whose neighbours (the next being `version` for the newest)
+        lie closest together, the newer on a tie, which keeps the pool's versions spread over the whole run with
+        gaps that double as it goes on."""
+        if self.keep == "recent" or self.added < len(self.stores) or len(self.stores) == 1:
+            return self.added % len(self.stores)
+        held = sorted((store.current_version(), slot) for slot, store in enumerate(self.stores))
+        versions = [v for v, _ in held] + [version]
+        gaps = [(versions[j + 1] - versions[j - 1], -j) for j in range(1, len(held))]
+        return held[-min(gaps)[1]][1]
 
     def state_dict(self) -> dict[str, Any]:
         """The pool for a checkpoint: each slot's weights and version (None, 0: empty). Read from the stores, whose

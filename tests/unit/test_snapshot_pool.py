@@ -1,5 +1,6 @@
 """Self-play against past selves, piece by piece: the learner's SnapshotPool (appo/learning/snapshot_pool.py) takes a
-snapshot every --selfplay_snapshot_every versions into the oldest slot, keeps the control table's versions, and
+snapshot every --selfplay_snapshot_every versions into the oldest slot (or, --selfplay_pool_keep=spread, keeps the
+pool spaced over the run), keeps the control table's versions, and
 comes back from its checkpoint state bit for bit; the split runner of multi-agent games (appo/sampling/
 agent_split.py) plays games against the pool: one learner row per game, the other rows acting with filled
 snapshots' weight sets, their steps masked out of training with the learner's version, and only the learner's
@@ -131,6 +132,43 @@ def test_a_partly_filled_pool_restores_only_its_snapshots() -> None:
     assert state_bytes(fresh.stores[0].state) == state_bytes(model.state_dict())
     fresh.after_publish(model, 2 * EVERY)
     assert table[0].tolist() == [EVERY, 2 * EVERY, 0]
+
+
+def spread_reference(size: int, snapshots: int) -> list[int]:
+    """The versions a spread pool should hold after `snapshots` snapshots (1, 2, ... in units of EVERY), worked out
+    the slow way: while full, drop the snapshot after the first whose neighbours lie closest, the newer on a tie."""
+    held: list[int] = []
+    for n in range(1, snapshots + 1):
+        if len(held) == size:
+            after = held[1:] + [n]
+            gaps = [after[j] - held[j - 1] for j in range(1, size)]
+            drop = max(j for j in range(1, size) if gaps[j - 1] == min(gaps))
+            del held[drop]
+        held.append(n)
+    return [EVERY * n for n in held]
+
+
+def test_a_spread_pool_keeps_its_first_snapshot_and_spaces_the_rest_over_the_run() -> None:
+    cfg = Cfg(env="paddle_duel", selfplay_pool=4, selfplay_snapshot_every=EVERY, selfplay_pool_keep="spread")
+    pool, _, table = pool_of(cfg, policy_id=0)
+    model = small_model(cfg, 0)
+    for n in range(1, 41):
+        reseed(model, n)
+        pool.after_publish(model, n * EVERY)
+        held = sorted(s.current_version() for s in pool.stores if s.current_version())  # 0: an empty slot
+        assert held == spread_reference(4, n), f"after snapshot {n}"
+        assert sorted(v for v in table[0].tolist() if v) == held
+        by_version = {s.current_version(): s for s in pool.stores}
+        assert state_bytes(by_version[n * EVERY].state) == state_bytes(model.state_dict())
+    assert sorted(s.current_version() for s in pool.stores) == [EVERY * n for n in (1, 17, 33, 40)]
+    # Restored from its checkpoint state, it goes on choosing the same slots.
+    fresh, _, _ = pool_of(cfg, policy_id=0)
+    fresh.load_state_dict(pool.state_dict(), small_model(cfg, 3))
+    for n in range(41, 60):
+        for p in (pool, fresh):
+            p.after_publish(model, n * EVERY)
+        assert [s.current_version() for s in fresh.stores] == [s.current_version() for s in pool.stores]
+    assert sorted(s.current_version() for s in fresh.stores) == spread_reference(4, 59)
 
 
 # --- the split runner against the pool ---------------------------------------------------------------------------
