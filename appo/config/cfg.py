@@ -185,8 +185,9 @@ class SelfPlayCfg:
     selfplay_pool_prob: float = _f(0.5, "share of games whose opponents are a pool snapshot (once the pool has one)")
     selfplay_pool_keep: str = _f(
         "recent",
-        "which snapshots a full pool keeps: recent (the last --selfplay_pool; a new one replaces the oldest) or spread "
-        "(spaced over the whole run: a new one replaces the snapshot whose loss leaves the smallest gap, never the first)",
+        "which snapshots a full pool keeps: recent (the last --selfplay_pool; a new one replaces the oldest) or "
+        "spread (spaced over the whole run: a new one replaces the snapshot whose loss leaves the smallest gap, "
+        "never the first)",
     )
 
 

@@ -5,9 +5,9 @@ Every snapshot is a weight set of its own: a ParamStore beside the policies' sto
 serve like any weight set (the run's weight sets are the policies' stores, then policy 0's snapshots, policy 1's,
 ...). The policy's learner fills its pool: every --selfplay_snapshot_every versions it publishes its weights into
 a slot (--selfplay_pool_keep: the oldest's, or, to keep the pool spaced over the whole run, the one whose snapshot
-leaves the smallest gap between its neighbours), and writes the snapshot's version into the control table `snapshot_versions` [policies, pool]
-(0: an empty slot), which is how actor workers know which snapshots they may draw. The pool is part of the learner's
-checkpoint, so a resumed run meets the same past selves."""
+leaves the smallest gap between its neighbours), and writes the snapshot's version into the control table
+`snapshot_versions` [policies, pool] (0: an empty slot), which is how actor workers know which snapshots they may
+draw. The pool is part of the learner's checkpoint, so a resumed run meets the same past selves."""
 
 from __future__ import annotations
 
