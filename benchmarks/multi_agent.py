@@ -43,7 +43,8 @@ from throughput import appo_fps  # noqa: E402
 
 SINGLE = "appo.envs.paddle_duel:PaddleDuelVsScripted"
 # Self-play settings: the engine's defaults but a larger batch, two epochs, a higher learning rate and more
-# exploration, and a pool of 8 past selves met in half the games.
+# exploration, and a pool of 8 past selves spread over the run (the first snapshot, then gaps that double), met in
+# half the games.
 SELFPLAY_FLAGS = [
     "--num_workers=2",
     "--num_envs_per_worker=8",
@@ -56,6 +57,7 @@ SELFPLAY_FLAGS = [
     "--selfplay_pool=8",
     "--selfplay_snapshot_every=250",
     "--selfplay_pool_prob=0.5",
+    "--selfplay_pool_keep=spread",
 ]
 
 
