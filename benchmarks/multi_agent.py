@@ -75,10 +75,6 @@ SPREAD_FLAGS = [
     "--exploration_loss_coeff=0.01",
     "--with_vtrace=False",  # GAE and a clip of 0.2, as MAPPO's MPE settings
     "--ppo_clip_ratio=0.2",
-    # The score is a 25-step episode's return and the observation has no clock: an episode's end is its end, as in
-    # MAPPO, not a time limit to bootstrap past (bootstrapping it, 2 of 3 seeds collapsed early into agents drifting
-    # off the map).
-    "--value_bootstrap=False",
 ]
 SPREAD_EVAL_SEED = 100_000
 SPREAD_GAIN = 0.2  # the controller's velocity damping, the best of 0.15-0.4 on 50 games (seeds 1000-1049)
