@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from appo.envs.multi_agent import AgentEnv, is_parallel_env
+from appo.envs.packed_obs import PackDictObs, is_dict_obs
 from appo.envs.presets import ATARI_PREFIXES
 from appo.envs.sf_agents import SfAgents, is_sf_multi_agent
 from appo.utils.seeding import incarnation_seed
@@ -40,7 +41,14 @@ def _from_class_path(name: str, kwargs: dict[str, Any]) -> gym.Env:
 
 def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
     """Build the env called `name`. `max_episode_steps` > 0 overrides the env's own time limit. A multi-agent env
-    (PettingZoo's Parallel API) comes back as an `AgentEnv` (appo/envs/multi_agent.py): a row per agent."""
+    (PettingZoo's Parallel API) comes back as an `AgentEnv` (appo/envs/multi_agent.py): a row per agent. An env
+    with a Dict observation space comes back wrapped in `PackDictObs` (appo/envs/packed_obs.py): one uint8 array
+    per observation, which the model takes apart again."""
+    env = _make_env(name, max_episode_steps, render_mode, **kwargs)
+    return PackDictObs(env, name) if is_dict_obs(env) else env
+
+
+def _make_env(name: str, max_episode_steps: int, render_mode: str | None, **kwargs: Any) -> gym.Env:
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     if name in PROJECT_ENVS:

@@ -63,6 +63,8 @@ class AgentEnv:
                     f"{env.action_space(agent)} but agent {self.agents[0]!r} has {self.raw_obs_space}, "
                     f"{self.action_space}: every agent needs the same spaces (pad them to one)"
                 )
+        if isinstance(self.raw_obs_space, gym.spaces.Dict):
+            raise AgentEnvError(f"--env={name}: Dict observations are supported for single-agent envs only")
         self.one_hot = isinstance(self.raw_obs_space, gym.spaces.Discrete)
         if self.one_hot:
             self.observation_space: gym.Space = gym.spaces.Box(0.0, 1.0, (int(self.raw_obs_space.n),), np.float32)

@@ -7,6 +7,10 @@ then the next image. Episodes last 20 steps (`episode_steps`), ended as a time l
 scores 5, a perfect one 20.
 
     python train_appo.py --env=appo.envs.quadrant_image:QuadrantImageEnv --train_for_env_steps=100000
+
+`QuadrantDictEnv` is the same task with a Dict observation, an image and a vector: {"image": the image, "mirror":
+float32 [1], -1 or +1, drawn with each image}. Under +1 the answer is the quadrant mirrored left to right (0 <-> 1,
+2 <-> 3), so a policy needs both keys to score above 12.5 of 20 (the best from the image alone).
 """
 
 from __future__ import annotations
@@ -60,3 +64,32 @@ class QuadrantImageEnv(gym.Env[np.ndarray, int]):
 
     def render(self) -> np.ndarray | None:
         return self._image.copy() if self.render_mode == "rgb_array" else None
+
+
+class QuadrantDictEnv(QuadrantImageEnv):
+    """The quadrant task with a Dict observation: the image and a mirror flag. See the module docstring."""
+
+    def __init__(self, episode_steps: int = 20, render_mode: str | None = None) -> None:
+        super().__init__(episode_steps, render_mode)
+        self.observation_space = spaces.Dict(
+            {"image": self.observation_space, "mirror": spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)}
+        )
+        self._mirror = 1.0
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        image = self._draw()
+        self._mirror = float(self.np_random.choice([-1.0, 1.0]))
+        return {"image": image, "mirror": np.array([self._mirror], dtype=np.float32)}
+
+    def answer(self) -> int:
+        return self._quadrant ^ 1 if self._mirror > 0 else self._quadrant
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        gym.Env.reset(self, seed=seed)
+        self._steps = 0
+        return self._observe(), {}
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        reward = 1.0 if int(action) == self.answer() else 0.0
+        self._steps += 1
+        return self._observe(), reward, False, self._steps >= self.episode_steps, {}

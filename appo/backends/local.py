@@ -4,6 +4,7 @@ every backend answers)."""
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -80,14 +81,17 @@ class LocalBackend:
     ) -> None:
         self.cfg, self.derived, self.exp_dir, self.spaces, self.device = cfg, derived, exp_dir, spaces, device
         self.buffers, self.control = buffers, control
-        self.topology = plan(cfg)
         template = make_model(cfg, *spaces)
+        self.topology = plan(cfg)
+        # What acting actor workers build their numpy passes from (appo/numpy_policy/); a model that no numpy pass
+        # computes (a Dict encoder's) is served by policy workers instead.
+        self.description = numpy_description(template) if self.topology.actors_act else None
+        if self.topology.actors_act and self.description is None:
+            self.topology = plan(dataclasses.replace(cfg, actor_inference=False))
         self.params = [ParamStore(template) for _ in range(cfg.num_policies)]
         publish_checkpoints(self.params, template, exp_dir)
         # Every weight set inference serves: the policies', then their self-play snapshots (none without a pool).
         self.weight_sets = self.params + attach_snapshots(cfg, self.params, template)
-        # What acting actor workers build their numpy passes from (appo/numpy_policy/).
-        self.description = numpy_description(template) if self.topology.actors_act else None
         self.queues: Queues = wire(cfg.num_workers, cfg.num_policies)
         self.sup: Supervisor | None = None
         self.links: list[Any] = []  # per policy, with several learner ranks: what its ranks share

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from appo.config.cfg import Cfg
 from appo.config.trunk import value_trunk_errors
 from appo.models.distributions import Categorical, DiagGaussian
-from appo.models.encoders import build_mlp, encoder_kind, make_encoder
+from appo.models.encoders import build_mlp, encoder_kind, make_encoder, unpack_obs
 from appo.models.normalize import RunningMeanStd
 from appo.models.registry import register_model
 
@@ -53,6 +53,11 @@ class ActorCritic(nn.Module):
         self.is_discrete = isinstance(action_space, gym.spaces.Discrete)
         self.use_rnn = cfg.use_rnn
         self.rnn_type = cfg.rnn_type
+        # Dict observations come packed into one uint8 array (appo/envs/packed_obs.py): the encoders are those of
+        # the Dict space, and `encoder_input` unpacks what they read.
+        self.packed_layout = getattr(obs_space, "layout", None) if hasattr(obs_space, "dict_space") else None
+        if self.packed_layout is not None:
+            obs_space = obs_space.dict_space
         # "mlp", an image encoder's name or "dict" (appo/models/encoders.py); only the MLP reads normalised input.
         self.encoder_kind = encoder_kind(cfg, obs_space)
         flat = self.encoder_kind == "mlp"
@@ -107,6 +112,8 @@ class ActorCritic(nn.Module):
     def encoder_input(self, obs: Obs, lead: int) -> Obs:
         """What the encoders read of obs [*lead dims, *obs_shape]: the MLP the normalised observations flattened after
         the `lead` dims; image and Dict encoders the observations as they come (they cast and scale themselves)."""
+        if self.packed_layout is not None and isinstance(obs, Tensor):  # (exported graphs pass the dict itself)
+            return unpack_obs(obs, self.packed_layout)
         return self.normalize_obs(obs).flatten(lead) if self.encoder_kind == "mlp" else obs
 
     def _value_features(self, inputs: Obs, features: Tensor) -> Tensor:

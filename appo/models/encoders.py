@@ -21,7 +21,8 @@ an observation into a feature vector for the core and the heads.
   stay uint8 from the env to the learner; a float image is used as is. Images are not normalised by the running
   mean/std.
 - Dict (`MultiInputEncoder`): keys in sorted order; the image keys' conv features, then the MLP's output over the
-  other keys flattened and concatenated; it takes a dict of tensors. Not normalised; no numpy pass yet.
+  other keys flattened and concatenated; it takes a dict of tensors. Not normalised; no numpy pass yet. The engine
+  carries Dict observations packed into one uint8 array (appo/envs/packed_obs.py); `unpack_obs` takes them apart.
 
 Every encoder takes inputs with any number of leading dims ([B, ...] when acting, [N, T, ...] when training) and
 returns [*lead, out_size]. The MLP is a plain `nn.Sequential` so that vector models keep their parameter names
@@ -213,6 +214,20 @@ class MultiInputEncoder(nn.Module):
                 flat.append(x.reshape(*x.shape[: x.dim() - self.vector_dims[k]], -1).float())
             parts.append(self.mlp(torch.cat(flat, dim=-1)))
         return torch.cat(parts, dim=-1)
+
+
+def unpack_obs(packed: Tensor, layout: tuple) -> dict[str, Tensor]:
+    """Packed Dict observations (uint8 [*lead, total], appo/envs/packed_obs.py; `layout` its space's) back into a
+    dict of tensors [*lead, *the key's shape] in each key's dtype, as the Dict encoder takes them."""
+    lead = packed.shape[:-1]
+    out = {}
+    for k in layout:
+        part = packed[..., k.offset : k.offset + k.nbytes]
+        dtype = torch.from_numpy(np.empty(0, dtype=k.dtype)).dtype
+        if dtype != torch.uint8:
+            part = part.contiguous().view(dtype)
+        out[k.key] = part.reshape(*lead, *k.shape)
+    return out
 
 
 def encoder_kind(cfg: Any, space: gym.Space) -> str:

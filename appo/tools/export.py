@@ -81,8 +81,11 @@ def load_run_policy(run: Path, ckpt: Path) -> tuple[Any, Any, dict[str, Any], tu
     return cfg, model.eval(), state, spaces
 
 
-def policy_parts(run: Path, ckpt: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray], Any]:
-    """What a policy file holds (meta, numpy state, action bounds) for a run's checkpoint, and the torch model."""
+def policy_parts(
+    run: Path, ckpt: Path, fmt: str = "npz"
+) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray], Any]:
+    """What a policy file holds (meta, numpy state, action bounds) for a run's checkpoint, and the torch model. A
+    model that no numpy pass computes (a Dict encoder's) exports to the torch formats only."""
     import gymnasium as gym
 
     from appo.config.cfg import cfg_to_dict
@@ -91,8 +94,11 @@ def policy_parts(run: Path, ckpt: Path) -> tuple[dict[str, Any], dict[str, np.nd
 
     cfg, model, state, (obs_space, action_space) = load_run_policy(run, ckpt)
     description = numpy_description(model)
-    if description is None:
-        raise ExportError(f"{ckpt}: {type(model).__qualname__} has no numpy pass (appo/numpy_policy/)")
+    if description is None and fmt == "npz":
+        raise ExportError(
+            f"{ckpt}: {type(model).__qualname__} has no numpy pass (appo/numpy_policy/); "
+            "--format=onnx or --format=torchscript export it"
+        )
     arrays: dict[str, np.ndarray] = {}
     if isinstance(action_space, gym.spaces.Discrete):
         action = {"type": "Discrete", "n": int(action_space.n)}
@@ -100,11 +106,13 @@ def policy_parts(run: Path, ckpt: Path) -> tuple[dict[str, Any], dict[str, np.nd
         action = {"type": "Box", "shape": list(action_space.shape)}
         arrays = {"action/low": action_space.low, "action/high": action_space.high}
     meta = {
-        "model": description,
+        "model": description if description is not None else {"kind": "torch"},
         "cfg": cfg_to_dict(cfg),
         "observation_shape": list(obs_space.shape),
         "observation_dtype": str(obs_dtype(obs_space)),  # as training stored them: uint8 frames stay uint8
         "action": action,
+        # Dict observations go in packed (appo/envs/packed_obs.py): each key's bytes at its offset.
+        **({"observation_keys": [k._asdict() for k in obs_space.layout]} if hasattr(obs_space, "layout") else {}),
         "source": {
             "checkpoint": str(ckpt),
             "version": int(state.get("version", state.get("iteration", 0)) or 0),
@@ -115,8 +123,9 @@ def policy_parts(run: Path, ckpt: Path) -> tuple[dict[str, Any], dict[str, np.nd
     return meta, numpy_state, arrays, model
 
 
-def deterministic_graph(model: Any) -> Any:
-    """A torch module (obs, rnn_state) -> (deterministic action, rnn_state) for tracing."""
+def deterministic_graph(model: Any, keys: list[str] | None = None) -> Any:
+    """A torch module (obs, rnn_state) -> (deterministic action, rnn_state) for tracing; with `keys` (a Dict
+    observation space's) it takes one observation tensor per key, in that order, then rnn_state."""
     import torch
 
     class Deterministic(torch.nn.Module):
@@ -124,7 +133,9 @@ def deterministic_graph(model: Any) -> Any:
             super().__init__()
             self.model = model
 
-        def forward(self, obs: torch.Tensor, rnn_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            *obs_parts, rnn_state = inputs
+            obs = dict(zip(keys, obs_parts, strict=True)) if keys is not None else obs_parts[0]
             if not hasattr(self.model, "act"):  # MAML's policies: the mean, or the most likely action
                 return self.model.mode(obs), rnn_state
             out = self.model.act(obs, rnn_state, deterministic=True)
@@ -133,13 +144,22 @@ def deterministic_graph(model: Any) -> Any:
     return Deterministic().eval()
 
 
-def example_inputs(meta: dict[str, Any], batch: int = 1) -> tuple[Any, Any]:
+def input_names(meta: dict[str, Any]) -> list[str]:
+    """The exported graph's input names: obs (or obs_<key> per Dict key), rnn_state."""
+    keys = [k["key"] for k in meta.get("observation_keys", [])]
+    return [f"obs_{k}" for k in keys] or ["obs"]
+
+
+def example_inputs(meta: dict[str, Any], batch: int = 1) -> tuple[Any, ...]:
     import torch
 
     from appo.protocol.buffers import rnn_state_size
 
     cfg = meta["cfg"]
     size = rnn_state_size(argparse.Namespace(**cfg))
+    if "observation_keys" in meta:  # one input per Dict key, in its own dtype
+        parts = [torch.from_numpy(np.zeros((batch, *k["shape"]), dtype=k["dtype"])) for k in meta["observation_keys"]]
+        return (*parts, torch.zeros(batch, size))
     dtype = getattr(torch, meta.get("observation_dtype", "float32"))  # traced in the dtype the model is fed
     return torch.zeros(batch, *meta["observation_shape"], dtype=dtype), torch.zeros(batch, size)
 
@@ -148,11 +168,12 @@ def export(run: Path, ckpt: Path, fmt: str, out: Path) -> Path:
     """Write the policy of `ckpt` (of run `run`) to `out` in format `fmt`; returns `out`."""
     import torch
 
-    meta, numpy_state, arrays, model = policy_parts(run, ckpt)
+    meta, numpy_state, arrays, model = policy_parts(run, ckpt, fmt)
     if fmt == "npz":
         return write_policy_file(out, meta, numpy_state, arrays)
     meta_json = json.dumps(meta)
-    graph = deterministic_graph(model)
+    keys = [k["key"] for k in meta.get("observation_keys", [])]
+    graph = deterministic_graph(model, keys or None)
     inputs = example_inputs(meta, batch=2)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -163,7 +184,7 @@ def export(run: Path, ckpt: Path, fmt: str, out: Path) -> Path:
                 traced = torch.jit.trace(graph, inputs, check_trace=False)
                 torch.jit.save(traced, str(tmp), _extra_files={"appo_meta.json": meta_json})
             else:
-                _export_onnx(graph, inputs, tmp, meta_json)
+                _export_onnx(graph, inputs, tmp, meta_json, input_names(meta))
         tmp.replace(out)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -171,7 +192,7 @@ def export(run: Path, ckpt: Path, fmt: str, out: Path) -> Path:
     return out
 
 
-def _export_onnx(graph: Any, inputs: tuple[Any, Any], path: Path, meta_json: str) -> None:
+def _export_onnx(graph: Any, inputs: tuple[Any, ...], path: Path, meta_json: str, obs_names: list[str]) -> None:
     import torch
 
     try:
@@ -184,9 +205,9 @@ def _export_onnx(graph: Any, inputs: tuple[Any, Any], path: Path, meta_json: str
         inputs,
         str(path),
         dynamo=False,  # the TorchScript-based exporter: no onnxscript needed, recurrent cells export as ops
-        input_names=["obs", "rnn_state"],
+        input_names=[*obs_names, "rnn_state"],
         output_names=["action", "rnn_state_out"],
-        dynamic_axes={"obs": batch, "rnn_state": batch, "action": batch, "rnn_state_out": batch},
+        dynamic_axes={name: batch for name in [*obs_names, "rnn_state", "action", "rnn_state_out"]},
         opset_version=17,
     )
     proto = onnx.load(str(path))

@@ -157,7 +157,7 @@ def test_onnx_export_of_a_conv_policy(tmp_path: Path, kind: str):
     torch.manual_seed(0)
     model = make_model(Cfg(encoder=kind, use_rnn=True, rnn_size=8), FRAMES, gym.spaces.Discrete(4)).eval()
     inputs = (torch.zeros(2, *FRAMES.shape, dtype=torch.uint8), torch.zeros(2, 8))
-    _export_onnx(deterministic_graph(model), inputs, tmp_path / "policy.onnx", "{}")
+    _export_onnx(deterministic_graph(model), inputs, tmp_path / "policy.onnx", "{}", ["obs"])
     session = ort.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].type == "tensor(uint8)"
     obs = observations(FRAMES, 5)

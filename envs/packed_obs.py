@@ -1,0 +1,81 @@
+"""Dict observations (an image and a vector, say) as one array, so that they travel through the engine as every
+other observation does: one slot of the shared trajectory tensors per step, one slice per transfer, one field of a
+replay. `make_env` wraps an env whose observation space is a Dict of Boxes in `PackDictObs`, whose observations are
+the raw bytes of each key side by side in a uint8 vector (`PackedObsSpace`): a uint8 image stays one byte a pixel,
+a float32 vector four bytes an entry. The model reads the space's `dict_space` and `layout` and takes the bytes
+apart again where it reads them (appo/models/actor_critic.py), into the dict of tensors its Dict encoder takes.
+
+Keys are laid out by item size, largest first (then by name), and the total is padded to a multiple of the largest
+item size, so that each key starts at a multiple of its own item size in every row: a slice of the bytes can be
+viewed as its dtype without a copy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+
+
+class PackedKey(NamedTuple):
+    key: str
+    dtype: str  # numpy's dtype string, e.g. "<f4", "|u1"
+    shape: tuple[int, ...]
+    offset: int  # in bytes
+    nbytes: int
+
+
+class PackedObsSpace(gym.spaces.Box):
+    """A uint8 Box of the packed bytes of a Dict space's observations; `dict_space` the Dict, `layout` where each
+    key's bytes lie. ValueError, one line, for a Dict with a key that is not a Box."""
+
+    def __init__(self, dict_space: gym.spaces.Dict, name: str = "") -> None:
+        for key, sub in dict_space.spaces.items():
+            if not isinstance(sub, gym.spaces.Box):
+                raise ValueError(f"--env={name}: Dict observation key {key!r} is {sub}; only Box keys are supported")
+        order = sorted(dict_space.spaces, key=lambda k: (-np.dtype(dict_space[k].dtype).itemsize, k))
+        layout, offset = [], 0
+        for key in order:
+            sub = dict_space[key]
+            dtype = np.dtype(sub.dtype)
+            nbytes = int(np.prod(sub.shape, dtype=np.int64)) * dtype.itemsize
+            layout.append(PackedKey(key, dtype.str, tuple(int(s) for s in sub.shape), offset, nbytes))
+            offset += nbytes
+        widest = max((np.dtype(dict_space[k].dtype).itemsize for k in order), default=1)
+        total = max(-(-offset // widest) * widest, 1)
+        super().__init__(0, 255, (total,), np.uint8)
+        self.dict_space, self.layout = dict_space, tuple(layout)
+
+    def pack(self, obs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
+        """One observation (a dict by key) as its bytes [total] (into `out` where given)."""
+        out = np.zeros(self.shape, np.uint8) if out is None else out
+        for k in self.layout:
+            value = np.asarray(obs[k.key], dtype=k.dtype)
+            out[k.offset : k.offset + k.nbytes] = value.reshape(-1).view(np.uint8)
+        return out
+
+    def unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        """Packed observations [..., total] back into a dict of arrays [..., *the key's shape] (copies)."""
+        lead = packed.shape[:-1]
+        return {
+            k.key: np.ascontiguousarray(packed[..., k.offset : k.offset + k.nbytes])
+            .view(k.dtype)
+            .reshape(*lead, *k.shape)
+            for k in self.layout
+        }
+
+
+class PackDictObs(gym.ObservationWrapper):
+    """An env with a Dict of Boxes as its observation space, seen with packed observations (`PackedObsSpace`)."""
+
+    def __init__(self, env: gym.Env, name: str = "") -> None:
+        super().__init__(env)
+        self.observation_space = PackedObsSpace(env.observation_space, name)
+
+    def observation(self, observation: Mapping[str, Any]) -> np.ndarray:
+        return self.observation_space.pack(observation)
+
+
+def is_dict_obs(env: Any) -> bool:
+    return isinstance(getattr(env, "observation_space", None), gym.spaces.Dict)

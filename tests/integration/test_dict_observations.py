@@ -1,0 +1,109 @@
+"""A Dict observation env (an image and a vector: envs/quadrant_image.py's QuadrantDictEnv) through a whole run of
+train_appo.py with no model flags: it trains on the local backend (served by policy workers, since the Dict encoder
+has no numpy pass), checkpoints and reports episodes; enjoy.py plays it; ONNX and TorchScript exports take one
+input per key and act as the torch model on the env's own observations; the npz format and `appo.load_policy`,
+which act in numpy, refuse it in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import appo
+from appo.config.cfg import make_cfg, read_saved_cfg
+from appo.envs import make_env
+from appo.learning.checkpoint import list_checkpoints, load_checkpoint
+from appo.models.registry import make_model
+from tests.conftest import ROOT, run_script
+
+ENV = "appo.envs.quadrant_image:QuadrantDictEnv"
+FLAGS = [f"--env={ENV}", "--num_workers=2", "--num_envs_per_worker=4", "--rollout=16", "--batch_size=128"]
+FLAGS += ["--train_for_env_steps=2000", "--device=cpu", "--report_interval=1"]
+
+
+def export(exp, fmt: str, out) -> subprocess.CompletedProcess:
+    args = [f"--train_dir={exp.parent}", f"--experiment={exp.name}", f"--format={fmt}", f"--out={out}"]
+    return subprocess.run(
+        [sys.executable, "-m", "appo.export", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    train_dir = tmp_path_factory.mktemp("train_dir")
+    result = run_script("train_appo.py", [*FLAGS, f"--train_dir={train_dir}", "--experiment=dict"], timeout=150)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return train_dir / "dict", result.stdout
+
+
+def test_a_dict_env_trains_checkpoints_and_reports(run) -> None:
+    exp, out = run
+    assert "inference: policy workers on cpu" in out, out[-2000:]
+    ckpts = list_checkpoints(exp / "checkpoint_p0")
+    assert ckpts and load_checkpoint(ckpts[-1])["env_steps"] >= 2000
+    acc = EventAccumulator(str(exp / "summaries" / "0"), size_guidance={"scalars": 0})
+    acc.Reload()
+    returns = [e.value for e in acc.Scalars("episode/return_mean")]
+    assert returns and all(0.0 <= r <= 20.0 for r in returns), returns
+    played = run_script(
+        "enjoy.py",
+        [f"--env={ENV}", f"--train_dir={exp.parent}", "--experiment=dict"]
+        + [
+            "--max_num_episodes=2",
+            "--no_render",
+        ],
+        timeout=90,
+    )
+    assert played.returncode == 0 and "mean return" in played.stdout, played.stdout[-2000:]
+
+
+@pytest.mark.timeout(300)
+def test_exports_take_one_input_per_key_and_act_as_torch(run, tmp_path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    exp, _ = run
+    for fmt in ("onnx", "torchscript"):
+        result = export(exp, fmt, tmp_path / fmt)
+        assert result.returncode == 0, result.stderr[-3000:]
+    session = ort.InferenceSession(str(tmp_path / "onnx"))
+    assert [i.name for i in session.get_inputs()] == ["obs_mirror", "obs_image", "rnn_state"]
+    meta = json.loads(
+        {p.key: p.value for p in __import__("onnx").load(str(tmp_path / "onnx")).metadata_props}["appo_meta"]
+    )
+    assert [k["key"] for k in meta["observation_keys"]] == ["mirror", "image"] and meta["model"] == {"kind": "torch"}
+    scripted = torch.jit.load(str(tmp_path / "torchscript"))
+    cfg = make_cfg(read_saved_cfg(exp / "cfg.json"))
+    env = make_env(ENV)
+    model = make_model(cfg, env.observation_space, env.action_space)
+    model.load_state_dict(load_checkpoint(list_checkpoints(exp / "checkpoint_p0")[-1])["model"])
+    model.eval()
+    packed, _ = env.reset(seed=1)
+    rnn = torch.zeros(1, 1)
+    actions = set()
+    for _ in range(40):
+        x = torch.from_numpy(packed)[None]
+        expected = model.act(x, rnn, deterministic=True).actions
+        parts = env.observation_space.unpack(packed[None])
+        onnx_action, _ = session.run(
+            None, {"obs_mirror": parts["mirror"], "obs_image": parts["image"], "rnn_state": rnn.numpy()}
+        )
+        ts_action, _ = scripted(torch.from_numpy(parts["mirror"]), torch.from_numpy(parts["image"]), rnn)
+        assert np.array_equal(onnx_action, expected.numpy()) and torch.equal(ts_action, expected)
+        actions.add(int(expected))
+        packed = env.step(int(expected))[0]
+    assert len(actions) > 1  # the policy reads its observations: not one action throughout
+
+
+def test_numpy_formats_refuse_a_dict_model_in_one_line(run, tmp_path) -> None:
+    exp, _ = run
+    result = export(exp, "npz", tmp_path / "p.npz")
+    assert result.returncode == 2 and not (tmp_path / "p.npz").exists()
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "has no numpy pass" in line and "--format=onnx" in line, line
+    with pytest.raises(ValueError, match="has no numpy pass"):
+        appo.load_policy(exp)
