@@ -10,7 +10,7 @@ scores 5, a perfect one 20.
 
 `QuadrantDictEnv` is the same task with a Dict observation, an image and a vector: {"image": the image, "mirror":
 float32 [1], -1 or +1, drawn with each image}. Under +1 the answer is the quadrant mirrored left to right (0 <-> 1,
-2 <-> 3), so a policy needs both keys to score above 12.5 of 20 (the best from the image alone).
+2 <-> 3), so a policy needs both keys to score above 10 of 20 (the best from the image alone; chance is 5).
 """
 
 from __future__ import annotations

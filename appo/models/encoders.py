@@ -182,10 +182,16 @@ def make_image_encoder(kind: str, space: gym.spaces.Box) -> ImageEncoder:
     return ImpalaEncoder(space) if kind == "impala" else ConvStackEncoder(kind, space)
 
 
+MIX_WIDTH = 256  # the layer that mixes a Dict encoder's parts
+
+
 class MultiInputEncoder(nn.Module):
     """A Dict observation space's encoder: each image key (a 3-D Box, when `image_kind` is given) through its own
     convnet, every other key flattened, concatenated and through one MLP; the outputs concatenated (image keys in
-    sorted order, then the MLP's). Takes a dict of tensors, each [*lead, *its shape]."""
+    sorted order, then the MLP's: `parts`) and, where there are several, through one Linear + activation of
+    MIX_WIDTH, so that the heads can read what the keys say together (a linear head on the bare concatenation cannot
+    act on an image feature one way or another depending on a vector key). Takes a dict of tensors, each
+    [*lead, *its shape]."""
 
     def __init__(self, space: gym.spaces.Dict, image_kind: str | None, layers: list[int], nonlinearity: str) -> None:
         super().__init__()
@@ -203,9 +209,19 @@ class MultiInputEncoder(nn.Module):
             self.mlp, mlp_size = build_mlp(
                 sum(int(np.prod(space[k].shape)) for k in self.vector_keys), layers, nonlinearity
             )
-        self.out_size = sum(e.out_size for e in self.images.values()) + mlp_size
+        size = sum(e.out_size for e in self.images.values()) + mlp_size
+        self.mix: nn.Sequential | None = None
+        if len(self.images) + (self.mlp is not None) > 1:
+            self.mix = nn.Sequential(nn.Linear(size, MIX_WIDTH), _ACTIVATIONS[nonlinearity]())
+            size = MIX_WIDTH
+        self.out_size = size
 
     def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
+        parts = self.parts(obs)
+        return self.mix(parts) if self.mix is not None else parts
+
+    def parts(self, obs: Mapping[str, Tensor]) -> Tensor:
+        """Each key's features, concatenated: the image keys' convnets in order, then the MLP's."""
         parts = [self.images[k](obs[k]) for k in self.image_keys]
         if self.mlp is not None:
             flat = []

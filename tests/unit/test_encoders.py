@@ -17,6 +17,7 @@ from appo.config.cfg import ENCODERS, Cfg
 from appo.config.verify import verify
 from appo.models.actor_critic import ActorCritic
 from appo.models.encoders import (
+    MIX_WIDTH,
     ConvStackEncoder,
     ImpalaEncoder,
     MultiInputEncoder,
@@ -123,14 +124,15 @@ def test_dict_encoder_takes_a_dict_of_tensors():
     torch.manual_seed(0)
     encoder, size = make_encoder(Cfg(encoder="impala", encoder_mlp_layers=[32, 16]), space)
     assert encoder.image_keys == ["camera", "top"] and encoder.vector_keys == ["goal", "joints"]
-    assert size == 256 + 256 + 16
+    assert size == MIX_WIDTH
     obs = {k: frames(space[k], 2, 3, seed=i) for i, k in enumerate(sorted(space.spaces))}
-    out = encoder(obs)
-    assert out.shape == (2, 3, size)
-    # The parts in order: each image key's own convnet, then the MLP over the other keys.
-    torch.testing.assert_close(out[..., :256], encoder.images["camera"](obs["camera"]))
+    out, parts = encoder(obs), encoder.parts(obs)
+    assert out.shape == (2, 3, size) and parts.shape == (2, 3, 256 + 256 + 16)
+    # The parts in order: each image key's own convnet, then the MLP over the other keys; then mixed.
+    torch.testing.assert_close(parts[..., :256], encoder.images["camera"](obs["camera"]))
     vector = torch.cat([obs["goal"].reshape(2, 3, 4), obs["joints"]], dim=-1)
-    torch.testing.assert_close(out[..., 512:], encoder.mlp(vector))
+    torch.testing.assert_close(parts[..., 512:], encoder.mlp(vector))
+    torch.testing.assert_close(out, encoder.mix(parts))
     flat = make_encoder(Cfg(encoder="mlp", encoder_mlp_layers=[8]), space)[0]
     assert flat.image_keys == [] and flat.out_size == 8
     with pytest.raises(ValueError, match="key 'n' is Discrete"):
