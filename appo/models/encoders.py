@@ -21,7 +21,8 @@ an observation into a feature vector for the core and the heads.
   stay uint8 from the env to the learner; a float image is used as is. Images are not normalised by the running
   mean/std.
 - Dict (`MultiInputEncoder`): keys in sorted order; the image keys' conv features, then the MLP's output over the
-  other keys flattened and concatenated; it takes a dict of tensors. Not normalised; no numpy pass yet. The engine
+  other keys flattened and concatenated, then mixed by one Linear + activation (MIX_WIDTH); it takes a dict of
+  tensors. Not normalised; no numpy pass yet. The engine
   carries Dict observations packed into one uint8 array (appo/envs/packed_obs.py); `unpack_obs` takes them apart.
 
 Every encoder takes inputs with any number of leading dims ([B, ...] when acting, [N, T, ...] when training) and
