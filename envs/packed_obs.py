@@ -47,9 +47,9 @@ class PackedObsSpace(gym.spaces.Box):
         super().__init__(0, 255, (total,), np.uint8)
         self.dict_space, self.layout = dict_space, tuple(layout)
 
-    def pack(self, obs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
-        """One observation (a dict by key) as its bytes [total] (into `out` where given)."""
-        out = np.zeros(self.shape, np.uint8) if out is None else out
+    def pack(self, obs: Mapping[str, Any]) -> np.ndarray:
+        """One observation (a dict by key) as its bytes [total]."""
+        out = np.zeros(self.shape, np.uint8)
         for k in self.layout:
             value = np.asarray(obs[k.key], dtype=k.dtype)
             out[k.offset : k.offset + k.nbytes] = value.reshape(-1).view(np.uint8)

@@ -33,6 +33,7 @@ chosen here: old checkpoints load, serial runs stay bit-identical.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -233,6 +234,11 @@ class MultiInputEncoder(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
+@functools.cache
+def _torch_dtype(numpy_dtype: str) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype=numpy_dtype)).dtype
+
+
 def unpack_obs(packed: Tensor, layout: tuple) -> dict[str, Tensor]:
     """Packed Dict observations (uint8 [*lead, total], appo/envs/packed_obs.py; `layout` its space's) back into a
     dict of tensors [*lead, *the key's shape] in each key's dtype, as the Dict encoder takes them."""
@@ -240,7 +246,7 @@ def unpack_obs(packed: Tensor, layout: tuple) -> dict[str, Tensor]:
     out = {}
     for k in layout:
         part = packed[..., k.offset : k.offset + k.nbytes]
-        dtype = torch.from_numpy(np.empty(0, dtype=k.dtype)).dtype
+        dtype = _torch_dtype(k.dtype)
         if dtype != torch.uint8:
             part = part.contiguous().view(dtype)
         out[k.key] = part.reshape(*lead, *k.shape)
