@@ -58,7 +58,7 @@ class VectorEnvRunner(EnvRunner):
     def reset_one(self, i: int, seed: int | None) -> np.ndarray:
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[i] = True
-        seeds = None if seed is None else np.array([seed])
+        seeds = None if seed is None else np.array([seed % 2**31])  # ALE takes C ints; a resumed run's seeds are wider
         obs, info = self.vector.reset(seed=seeds, options={"reset_mask": mask})
         if "lives" in info:
             self.lives[i] = int(info["lives"][i])

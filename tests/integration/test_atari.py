@@ -1,7 +1,7 @@
 """Atari through whole runs of train_appo.py and enjoy.py (real ale-py games, real processes): a short Pong run on
-its preset picks the conv encoder for uint8 frames, checkpoints, and enjoy.py plays a whole game into an mp4 of the
-game's own colour frames; under episodic life the episodes a run reports are whole Breakout games (five lives), with
-the native vector env and with one gymnasium env each."""
+its preset picks the conv encoder for uint8 frames, checkpoints and resumes, and enjoy.py plays a whole game into an
+mp4 of the game's own colour frames; under episodic life the episodes a run reports are whole Breakout games (five
+lives), with the native vector env and with one gymnasium env each."""
 
 from __future__ import annotations
 
@@ -58,6 +58,12 @@ def test_pong_trains_on_its_preset_checkpoints_and_enjoy_records_the_game(train_
     (height, width, channels), *_ = shapes
     # The game's 210x160 colour screen (the encoder pads the height to a multiple of 16), not the 84x84 input.
     assert len(shapes) == 1 and width == 160 and height in (210, 224) and channels == 3
+
+    # Resumed for one more iteration: the resumed run's own env seeds (wider than a C int) reset the games.
+    args = [*args[:1], "--train_for_env_steps=3072", *args[2:]]
+    result = run_script("train_appo.py", [*args, f"--train_dir={train_dir}", "--experiment=pong"], timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert events(exp / "summaries" / "0", "train/version")[-1].step >= 3072, result.stdout[-3000:]
 
 
 @pytest.mark.parametrize("vector", ["auto", "per_env"])
