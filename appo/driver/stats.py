@@ -259,6 +259,13 @@ class SummaryWriters:
             writer.add_scalar("meta_test/trial_return", report.return_mean, step)
         if report.stochastic_returns_by_episode:
             writer.add_scalar("meta_test_sampled/trial_return", sum(report.stochastic_returns_by_episode), step)
+        if len(report.returns_by_episode) > 1:
+            for prefix, (gain, se) in (
+                ("meta_test", report.adaptation_gain),
+                ("meta_test_sampled", report.stochastic_adaptation_gain),
+            ):
+                writer.add_scalar(f"{prefix}/adaptation_gain", gain, step)
+                writer.add_scalar(f"{prefix}/adaptation_gain_se", se, step)
         for i, value in enumerate(report.task_returns):
             writer.add_scalar(f"meta_test/task_{i}", value, step)
 

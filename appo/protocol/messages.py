@@ -119,7 +119,8 @@ class EvalRequest(NamedTuple):
 
 class EvalReport(NamedTuple):
     """Evaluation result: plain envs fill return/length statistics; task envs also the mean return by
-    episode index within a trial over the held-out tasks (the adaptation curve) and each task's return."""
+    episode index within a trial over the held-out tasks (the adaptation curve), each task's return and the
+    adaptation gain."""
 
     policy_id: int
     env_steps: int
@@ -130,6 +131,10 @@ class EvalReport(NamedTuple):
     returns_by_episode: list[float]
     task_returns: list[float]
     stochastic_returns_by_episode: list[float] = []  # task envs: the same trials with sampled actions
+    # Task envs: how much a trial's last episode beats its first, mean over the held-out tasks and its standard
+    # error (paired by task): deterministic, then with sampled actions. Only a policy that remembers gains.
+    adaptation_gain: tuple[float, float] = (0.0, 0.0)
+    stochastic_adaptation_gain: tuple[float, float] = (0.0, 0.0)
 
 
 class ReturnSummary(NamedTuple):

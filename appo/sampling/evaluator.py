@@ -2,7 +2,9 @@
 touching the training buffers. For plain envs: `eval_episodes` episodes (eval/* summaries). For task
 envs: one trial on each held-out test task, with the recurrent state carried across the trial's
 episodes; the mean return by episode index is the adaptation curve (meta_test/* summaries); then the
-same trials with sampled actions (meta_test_sampled/return_ep*).
+same trials with sampled actions (meta_test_sampled/return_ep*). The adaptation gain (`adaptation_gain`) is the
+last episode's return minus the first's, paired by task, with its standard error over the tasks: a memoryless
+policy's is zero up to that error.
 
 On the CPU with --numpy_inference the evaluator acts with the numpy pass of its model (the actor workers' own,
 appo/models/numpy_twins.py; a torch forward pass of one observation costs several times the step of a MuJoCo
@@ -34,6 +36,14 @@ from appo.protocol.messages import EvalReport, EvalRequest, Stop
 from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import component_main
 from appo.protocol.wiring import Queues, send
+
+
+def adaptation_gain(by_episode: np.ndarray) -> tuple[float, float]:
+    """Mean over tasks of (last episode's return - first's) in `by_episode` [tasks, episodes] and its standard
+    error (0 with fewer than two tasks or one episode)."""
+    gains = by_episode[:, -1] - by_episode[:, 0]
+    se = gains.std(ddof=1) / np.sqrt(len(gains)) if len(gains) > 1 else 0.0
+    return float(gains.mean()), float(se)
 
 
 def env_action(actions: torch.Tensor | np.ndarray, space: gym.Space) -> Any:
@@ -172,6 +182,8 @@ class Evaluator:
             by_episode.mean(axis=0).tolist(),
             totals.tolist(),
             stochastic.mean(axis=0).tolist(),
+            adaptation_gain(by_episode),
+            adaptation_gain(stochastic),
         )
 
     def _trials(self, deterministic: bool) -> list[dict]:

@@ -16,7 +16,7 @@ from appo.models.numpy_twins import NumpyActorCritic
 from appo.models.registry import make_model
 from appo.protocol.messages import EvalReport, EvalRequest
 from appo.protocol.param_sync import ParamStore
-from appo.sampling.evaluator import Evaluator
+from appo.sampling.evaluator import Evaluator, adaptation_gain
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -51,10 +51,24 @@ def test_meta_test_of_a_recurrent_policy_is_the_same_in_numpy_and_torch() -> Non
     np.testing.assert_allclose(a.task_returns, b.task_returns, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(a.returns_by_episode, b.returns_by_episode, rtol=1e-4, atol=1e-3)
     assert len(a.task_returns) == 4 and len(a.returns_by_episode) == 2
+    for report in (a, b):  # the gain's mean is the difference of the episodes' means, its error over 4 tasks > 0
+        for gain, by_episode in (
+            (report.adaptation_gain, report.returns_by_episode),
+            (report.stochastic_adaptation_gain, report.stochastic_returns_by_episode),
+        ):
+            assert gain[0] == pytest.approx(by_episode[1] - by_episode[0], abs=1e-4) and gain[1] > 0
     # Sampled actions: other draws, the same policy; over 4 tasks x 100 steps of one navigation trial the means agree
     # loosely (this checks that the numpy pass samples around the same means, not a different policy).
     assert a.stochastic_returns_by_episode != b.stochastic_returns_by_episode
     np.testing.assert_allclose(a.stochastic_returns_by_episode, b.stochastic_returns_by_episode, rtol=0.5)
+
+
+def test_adaptation_gain_pairs_episodes_by_task() -> None:
+    # Tasks differ a lot in difficulty, the second episode beats the first by 1 on each: no spread in the gain.
+    assert adaptation_gain(np.array([[-10.0, -9.0], [-30.0, -29.0], [-2.0, -1.0]])) == (1.0, 0.0)
+    gain, se = adaptation_gain(np.array([[-5.0, -4.0, -3.0], [-5.0, -6.0, -7.0]]))  # last minus first: 2 and -2
+    assert gain == 0.0 and se == pytest.approx(2.0)  # std 2.83 (ddof 1) over sqrt(2)
+    assert adaptation_gain(np.array([[-5.0, -4.0]])) == (1.0, 0.0)
 
 
 def test_evaluation_of_a_plain_env_is_the_same_in_numpy_and_torch() -> None:
