@@ -1,19 +1,19 @@
-"""Meta-RL learning test: on navigation2d with hidden goals and trials of two episodes, a recurrent
-policy adapts within a trial. Read as a user reads it, from the run's own meta-test on held-out goals over
-its last three meta-tests (with sampled actions: the policy as it trains; the deterministic meta-test of
-the same weights can walk away in episode 1), with the README's command
-and defaults, on two seeds: each must navigate (its better episode far above standing still), and at least
-one must adapt: the better episode of a trial scores like MAML-TRPO after its adaptation step (about -16),
-and the second episode beats the first beyond the meta-test's noise, which it can only do by remembering what the
-first found out about the goal. Not both: one run in 28 did not adapt. Every seed adapting, over three seeds, is the benchmark's
-question: `python benchmarks/meta_navigation.py --seeds 1 2 3` (docs/results.md, Meta-RL: navigation and the MuJoCo
-task families).
+"""Meta-RL learning test: on navigation2d with hidden goals and trials of two episodes, a recurrent policy adapts within
+a trial. Read as a user reads it, from the run's own meta-test on held-out goals over its last three meta-tests (with
+sampled actions: the policy as it trains; the deterministic meta-test of the same weights can walk away in episode
+1), with the README's command and defaults, on two seeds: each must navigate (its better episode far above standing
+still), and at least one must adapt: the better episode of a trial scores like MAML-TRPO after its adaptation step
+(about -16), and the second episode beats the first beyond the meta-test's noise, which it can only do by remembering
+what the first found out about the goal. Not both: one run in 28 did not adapt. Every seed adapting, over three
+seeds, is the benchmark's question: `python benchmarks/meta_navigation.py --seeds 1 2 3` (docs/results.md, Meta-RL:
+navigation and the MuJoCo task families).
 
 The suite's variant trains for a third of the README's 3M env steps (the learning rate decays to 0 at 1M instead) and
 meta-tests on 50 held-out goals instead of 10: with 10, the gain's standard error was 0.66-0.68 (one trial per goal,
 some goals far harder than others) in a run here whose gains were 0.27 and 0.08, and two CI runs failed with gains of
-5-7% of episode 0 (about 0.2-0.3). With 50, seeds 1-6 at 1M all adapted: gains 0.69-1.78, 2.3 to 4.0 standard
-errors, better episode -3.0 to -4.7 (about 160 s for the pair here). The README's own 3M run is the benchmark's default (`--steps 3000000`)."""
+5-7% of episode 0 (about 0.2-0.3). With 50, seeds 1-6 at 1M all adapted: gains 0.69-1.78, 2.3 to 4.0 standard errors,
+better episode -3.0 to -4.7 (about 160 s for the pair here). The README's own 3M run is the benchmark's default
+(`--steps 3000000`)."""
 
 from __future__ import annotations
 
