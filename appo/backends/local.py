@@ -84,7 +84,7 @@ class LocalBackend:
         template = make_model(cfg, *spaces)
         self.topology = plan(cfg)
         # What acting actor workers build their numpy passes from (appo/numpy_policy/); a model that no numpy pass
-        # computes (a Dict encoder's) is served by policy workers instead.
+        # computes (a model class of one's own, say) is served by policy workers instead.
         self.description = numpy_description(template) if self.topology.actors_act else None
         if self.topology.actors_act and self.description is None:
             self.topology = plan(dataclasses.replace(cfg, actor_inference=False))

@@ -203,6 +203,7 @@ class MultiInputEncoder(nn.Module):
         keys = sorted(space.spaces)
         self.image_keys = [k for k in keys if image_kind is not None and is_image(space[k])]
         self.vector_keys = [k for k in keys if k not in self.image_keys]
+        self.nonlinearity = nonlinearity
         self.images = nn.ModuleDict({k: make_image_encoder(image_kind, space[k]) for k in self.image_keys})
         self.vector_dims = {k: len(space[k].shape) for k in self.vector_keys}
         self.mlp: nn.Sequential | None = None
@@ -217,6 +218,12 @@ class MultiInputEncoder(nn.Module):
             self.mix = nn.Sequential(nn.Linear(size, MIX_WIDTH), _ACTIVATIONS[nonlinearity]())
             size = MIX_WIDTH
         self.out_size = size
+
+    def spec(self) -> dict[str, Any]:
+        """The encoder as its numpy pass describes it (appo/numpy_policy/dict_encoder.py; the packed layout is the
+        model's to add)."""
+        images = {k: self.images[k].spec() for k in self.image_keys}
+        return {"kind": "dict", "activation": self.nonlinearity, "images": images, "vector_keys": self.vector_keys}
 
     def forward(self, obs: Mapping[str, Tensor]) -> Tensor:
         parts = self.parts(obs)

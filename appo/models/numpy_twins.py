@@ -31,7 +31,7 @@ from torch import nn
 from appo.models.actor_critic import ActorCritic
 from appo.models.categorical_mlp import MamlCategoricalPolicy
 from appo.models.command_policy import CommandPolicy
-from appo.models.encoders import ConvStackEncoder, ImageEncoder, ImpalaEncoder
+from appo.models.encoders import ConvStackEncoder, ImageEncoder, ImpalaEncoder, MultiInputEncoder
 from appo.models.gaussian_mlp import MamlPolicy
 from appo.models.squashed_gaussian import SquashedGaussianActor
 from appo.numpy_policy.actor_critic import ActorCriticPass
@@ -88,20 +88,42 @@ def _actor_critic_unsupported(model: torch.nn.Module) -> str | None:
             # core_step splits the state into (h, c) by rnn_type, not by the cell's class.
             return f"the core is {type(core).__qualname__} but rnn_type is {model.rnn_type!r}"
     if isinstance(model.encoder, ImageEncoder) or model.encoder_kind != "mlp":
-        # Exactly the convnets appo/numpy_policy/conv.py computes (the Dict encoder has no numpy pass).
+        # Exactly the convnets appo/numpy_policy/conv.py computes, or exactly the Dict encoder over them.
         for name, encoder in (("the encoder", model.encoder), ("the value trunk", model.value_encoder)):
-            if encoder is not None and type(encoder) not in (ConvStackEncoder, ImpalaEncoder):
-                return f"{name} is {type(encoder).__qualname__}, not a convnet of appo/models/encoders.py"
+            if encoder is not None:
+                reason = _encoder_unsupported(encoder, name)
+                if reason is not None:
+                    return reason
         return None
     return mlp_unsupported(model.encoder, "the encoder") or (
         mlp_unsupported(model.value_encoder, "the value trunk") if model.value_encoder is not None else None
     )
 
 
+def _encoder_unsupported(encoder: torch.nn.Module, name: str) -> str | None:
+    """Why the numpy passes cannot compute an image or Dict `encoder`, or None when they can."""
+    if type(encoder) is MultiInputEncoder:
+        for key, image in encoder.images.items():
+            if type(image) not in (ConvStackEncoder, ImpalaEncoder):
+                return f"{name}'s key {key!r} is read by {type(image).__qualname__}, not a convnet of appo/models"
+        for part, mlp in (("MLP", encoder.mlp), ("mixing layer", encoder.mix)):
+            if mlp is None:
+                continue
+            reason = mlp_unsupported(mlp, f"{name}'s {part}")
+            if reason is None and len(mlp) and activation_name(mlp[1]) != encoder.nonlinearity:
+                reason = f"{name}'s {part} does not use its {encoder.nonlinearity} activation"
+            if reason is not None:
+                return reason
+        return None
+    if type(encoder) not in (ConvStackEncoder, ImpalaEncoder):
+        return f"{name} is {type(encoder).__qualname__}, not a convnet of appo/models/encoders.py"
+    return None
+
+
 def describe_actor_critic(model: ActorCritic) -> dict[str, Any]:
     """What the numpy pass needs of `model` besides its state (appo/numpy_policy/actor_critic.py)."""
     norm = model.obs_normalizer
-    image = isinstance(model.encoder, ImageEncoder)
+    image = isinstance(model.encoder, (ImageEncoder, MultiInputEncoder))
     description = {
         "kind": ActorCriticPass.kind,
         # (An empty encoder, or a convnet, has no MLP activation: the name is then unused.)
@@ -112,6 +134,10 @@ def describe_actor_critic(model: ActorCritic) -> dict[str, Any]:
     }
     if image:  # only then: a vector model's description (and its exported files) stay as they were
         description["encoder"] = model.encoder.spec()
+        if model.packed_layout is not None:  # Dict observations as the buffers hold them (appo/envs/packed_obs.py)
+            description["encoder"]["packed"] = [
+                [k.key, k.dtype, list(k.shape), k.offset, k.nbytes] for k in model.packed_layout
+            ]
     return description
 
 
@@ -131,7 +157,7 @@ class NumpyActorCritic(ActorCriticPass):
     def supports(model: torch.nn.Module, device: str | torch.device) -> bool:
         """Whether the policy worker on `device` should act with this numpy pass for `model`: exactly an
         `ActorCritic` (not a subclass), with exactly a GRUCell or LSTMCell core or none, with MLPs of known
-        activations or the convnets of appo/models/encoders.py (not the Dict encoder), on the CPU."""
+        activations, the convnets of appo/models/encoders.py or its Dict encoder over them, on the CPU."""
         return torch.device(device).type == "cpu" and _actor_critic_unsupported(model) is None
 
     @staticmethod

@@ -1,15 +1,16 @@
 """`ActorCritic.act` in numpy (appo/models/actor_critic.py; appo/numpy_policy/ops.py says how twins are built):
-observation normaliser (clipped), MLP encoder, optional GRU or LSTM cell (torch's `GRUCell` / `LSTMCell`
-equations, state laid out as in `ActorCritic.core_step`: h for a GRU, concat([h, c]) for an LSTM), Gaussian
-(state-independent log-std) or categorical head, value head (on the policy's features, or on its own MLP trunk
-with `--separate_value_trunk`). The caller keeps the recurrent state and resets it at episode ends, as for the
-torch path. `NumpyPolicyStack` acts for a population in one pass.
+observation normaliser (clipped), MLP encoder, optional GRU or LSTM cell (torch's `GRUCell` / `LSTMCell` equations,
+state laid out as in `ActorCritic.core_step`: h for a GRU, concat([h, c]) for an LSTM), Gaussian (state-independent
+log-std) or categorical head, value head (on the policy's features, or on its own MLP trunk with
+`--separate_value_trunk`). Image models read their features from a convnet (appo/numpy_policy/conv.py), Dict models
+from the Dict encoder (appo/numpy_policy/dict_encoder.py), in place of the MLP. The caller keeps the recurrent state
+and resets it at episode ends, as for the torch path. `NumpyPolicyStack` acts for a population in one pass.
 
 Description: {"kind": "actor_critic", "activation": "tanh" | "relu" | "elu", "core": None | "gru" | "lstm",
 "obs_clip": float | None, "obs_epsilon": float}, and for an image model "encoder": the convnet's spec
 (appo/numpy_policy/conv.py; without it the encoder is the MLP); everything else (layer sizes, the value trunk, the
-normaliser, discrete or continuous actions) is read from the state's names and shapes.
-"""
+normaliser, discrete or continuous actions) is read from the state's names and shapes. A Dict model's "encoder" is
+the Dict encoder's spec (appo/numpy_policy/dict_encoder.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from appo.numpy_policy.conv import ImageEncoderPass
+from appo.numpy_policy.dict_encoder import encoder_pass
 from appo.numpy_policy.ops import (
     Layer,
     NumpyActOutput,
@@ -86,18 +87,18 @@ class ActorCriticPass(NumpyPass):
             self.obs_clip = d["obs_clip"]
         else:
             self.obs_mean = self.obs_std = self.obs_clip = None
-        # An image model's convnets (the value trunk's too, when it has its own): its features come from them.
+        # An image or Dict model's encoder (the value trunk's too, when it has its own): its features come from it.
         spec = d.get("encoder")
-        self.image = ImageEncoderPass(state, "encoder", spec) if spec else None
+        self.trunk = encoder_pass(state, "encoder", spec) if spec else None
         separate = any(k.startswith("value_encoder.") for k in state)
-        self.value_image = ImageEncoderPass(state, "value_encoder", spec) if spec and separate else None
-        self.layers = mlp(state, "encoder", d["activation"]) if self.image is None else []
+        self.value_trunk = encoder_pass(state, "value_encoder", spec) if spec and separate else None
+        self.layers = mlp(state, "encoder", d["activation"]) if self.trunk is None else []
         # None without a core; else "gru" or "lstm" and the cell's weights (see core_weights).
         self.core_kind = d["core"]
         self.core = core_weights(state, self.core_kind) if self.core_kind is not None else None
         # Empty for the shared trunk: the value head then reads the policy's features.
-        self.value_layers = mlp(state, "value_encoder", d["activation"]) if self.image is None else []
-        self.separate_value_trunk = bool(self.value_layers) or self.value_image is not None
+        self.value_layers = mlp(state, "value_encoder", d["activation"]) if self.trunk is None else []
+        self.separate_value_trunk = bool(self.value_layers) or self.value_trunk is not None
         self.policy_w, self.policy_b = f32(state["policy_head.weight"]).T.copy(), f32(state["policy_head.bias"])
         self.value_w, self.value_b = f32(state["value_head.weight"])[0].copy(), float(state["value_head.bias"][0])
         self.is_discrete = "log_std" not in state
@@ -110,8 +111,8 @@ class ActorCriticPass(NumpyPass):
         """`ActorCritic.act` for B envs: obs [B, *obs_shape], rnn_states [B, S] (the states before this step;
         required with a core, ignored and passed through without one). `deterministic` takes the mode (the mean,
         or the most likely action) instead of a sample. See NumpyActOutput for what comes back."""
-        if self.image is not None:
-            h = self.image(obs)
+        if self.trunk is not None:
+            h = self.trunk(obs)
         else:
             x = obs.reshape(len(obs), -1).astype(np.float32, copy=False)
             if self.obs_mean is not None:
@@ -121,7 +122,7 @@ class ActorCriticPass(NumpyPass):
             h = run_layers(self.layers, x)
         value_features = h
         if self.separate_value_trunk:  # (never with a core)
-            value_features = self.value_image(obs) if self.value_image is not None else run_layers(self.value_layers, x)
+            value_features = self.value_trunk(obs) if self.value_trunk is not None else run_layers(self.value_layers, x)
         if self.core is not None:
             if rnn_states is None:
                 raise ValueError("ActorCriticPass.act: a recurrent model needs rnn_states")
@@ -167,7 +168,7 @@ class NumpyPolicyStack:
             self.obs_mean = np.stack([m.obs_mean.reshape(-1) for m in ms])
             self.obs_std = np.stack([m.obs_std.reshape(-1) for m in ms])
             self.obs_clip = first.obs_clip
-        self.images = first.image is not None  # convnets: each member's own pass (`_member_features`)
+        self.trunks = first.trunk is not None  # convnets, Dict encoders: each member's own pass (`_member_features`)
         self.layers = _stack_layers([m.layers for m in ms])
         self.core_kind = first.core_kind
         if self.core_kind is not None:
@@ -208,9 +209,9 @@ class NumpyPolicyStack:
         rank = np.empty(n, dtype=np.int64)
         rank[order] = np.arange(n) - (np.cumsum(counts) - counts)[owner[order]]
         pos = owner * rows + rank
-        if self.images:
+        if self.trunks:
             # Each member's convnets on its own envs (a convnet's cost is in its many rows, not in the calls).
-            h = self._member_features(obs, owner, pos, k * rows, "image").reshape(k, rows, -1)
+            h = self._member_features(obs, owner, pos, k * rows, "trunk").reshape(k, rows, -1)
         else:
             x = obs.reshape(n, -1).astype(np.float32, copy=False)
             if self.normalized:
@@ -232,8 +233,8 @@ class NumpyPolicyStack:
         out = (np.matmul(h, self.head_w) + self.head_b).reshape(k * rows, -1)[pos]
         if self.separate_value_trunk:
             params = out
-            if self.images:
-                trunk = self._member_features(obs, owner, pos, k * rows, "value_image").reshape(k, rows, -1)
+            if self.trunks:
+                trunk = self._member_features(obs, owner, pos, k * rows, "value_trunk").reshape(k, rows, -1)
             else:
                 trunk = run_layers(self.value_layers, padded)
             values = (np.matmul(trunk, self.value_w) + self.value_b).reshape(-1)[pos]
@@ -245,8 +246,9 @@ class NumpyPolicyStack:
         return NumpyActOutput(*sampled, rnn_states)
 
     def _member_features(self, obs: np.ndarray, owner: np.ndarray, pos: np.ndarray, size: int, name: str) -> np.ndarray:
-        """The features [size, F] of each env's observation through its member's convnet `name` ("image" or
-        "value_image"), at the env's row `pos` of the [policy, row] layout; zeros in the padding rows."""
+        """The features [size, F] of each env's observation through its member's encoder pass `name` ("trunk" or
+        "value_trunk": a convnet or a Dict encoder), at the env's row `pos` of the [policy, row] layout; zeros in
+        the padding rows."""
         out: np.ndarray | None = None
         for member in np.unique(owner):
             rows = owner == member

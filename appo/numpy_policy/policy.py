@@ -77,8 +77,13 @@ class Policy:
         self, obs: Any, state: np.ndarray | None = None, deterministic: bool = True
     ) -> tuple[Any, np.ndarray | None]:
         """(env-ready action(s), the recurrent state after this step) for one observation or a batch. `state`:
-        the state before the step (None: the initial state)."""
-        x = np.asarray(obs, dtype=np.float32)
+        the state before the step (None: the initial state). A Dict policy takes a dict of arrays by key (as the env
+        gives them) or packed observations (as `make_env`'s env gives them)."""
+        keys = self.meta.get("observation_keys")
+        if keys and isinstance(obs, dict):
+            obs = self._pack(obs, keys)
+        # Packed Dict observations are bytes: they keep their dtype, as every float view of them would change.
+        x = np.asarray(obs, dtype=np.uint8 if keys else np.float32)
         single = x.shape == self.observation_shape
         if not single and x.shape[1:] != self.observation_shape:
             raise ValueError(f"observation of shape {x.shape}: the policy takes {self.observation_shape} or [B, *that]")
@@ -94,6 +99,16 @@ class Policy:
         if single:
             return actions[0] if not self.discrete else int(actions[0]), (None if new_state is None else new_state[0])
         return actions, new_state
+
+    def _pack(self, obs: dict[str, Any], keys: list[dict[str, Any]]) -> np.ndarray:
+        """One Dict observation, or a batch (each key [B, *shape]), as packed bytes (appo/envs/packed_obs.py)."""
+        first = keys[0]
+        lead = np.shape(obs[first["key"]])[: np.ndim(obs[first["key"]]) - len(first["shape"])]
+        out = np.zeros((*lead, *self.observation_shape), np.uint8)
+        for k in keys:
+            value = np.ascontiguousarray(obs[k["key"]], dtype=k["dtype"]).reshape(*lead, -1)
+            out[..., k["offset"] : k["offset"] + k["nbytes"]] = value.view(np.uint8)
+        return out
 
     def _env_actions(self, actions: np.ndarray) -> np.ndarray:
         if self.discrete:
