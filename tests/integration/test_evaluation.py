@@ -94,6 +94,8 @@ def test_meta_test_writes_adaptation_curve(train_dir):
         "meta_test_sampled/return_ep0",
         "meta_test_sampled/return_ep1",
         "meta_test_sampled/trial_return",
+        "meta_test_sampled/adaptation_gain",
+        "meta_test_sampled/adaptation_gain_se",
     }
     sampled = [acc.Scalars(f"meta_test_sampled/return_ep{k}")[-1] for k in range(2)]
     assert {e.step for e in sampled} == {e.step for e in final.values()}
@@ -111,6 +113,11 @@ def test_meta_test_writes_adaptation_curve(train_dir):
     sampled_trial = acc.Scalars("meta_test_sampled/trial_return")[-1]
     assert sampled_trial.step == sampled[0].step
     assert sampled_trial.value == pytest.approx(sum(e.value for e in sampled), rel=1e-5)
+    # The adaptation gain, paired by task: its mean is the difference of the episodes' means; an error over 3 tasks.
+    assert final["meta_test/adaptation_gain"].value == pytest.approx(curve[1] - curve[0], rel=1e-4, abs=1e-3)
+    gain = acc.Scalars("meta_test_sampled/adaptation_gain")[-1].value
+    assert gain == pytest.approx(sampled[1].value - sampled[0].value, rel=1e-4, abs=1e-3)
+    assert final["meta_test/adaptation_gain_se"].value >= 0
     assert 2 <= final["meta_test/length_mean"].value <= 200  # 2 episodes of 1..100 steps
     log_text = (train_dir / "nav" / "log.txt").read_text()
     assert re.search(
