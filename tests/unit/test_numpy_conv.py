@@ -89,14 +89,14 @@ def test_numpy_layers_are_torch_s():
     np.testing.assert_array_equal(pooled, functional.max_pool2d(torch.as_tensor(x), 3, 2, 1).numpy())
 
 
-def test_a_population_of_conv_policies_acts_in_one_stack():
-    """NumpyPolicyStack over conv members: each env acts with its own member's convnet, as that member alone."""
+def assert_stack_acts_as_its_members(space: gym.Space, obs: np.ndarray) -> None:
+    """NumpyPolicyStack over three simple-convnet members of `space`: each of the 7 envs of `obs` acts with its own
+    member's encoder, as that member alone."""
     members = []
     for seed in range(3):
         torch.manual_seed(seed)
-        members.append(make_numpy_policy(make_model(Cfg(encoder="simple"), RGB, BOX), "cpu", seed=0))
+        members.append(make_numpy_policy(make_model(Cfg(encoder="simple"), space, BOX), "cpu", seed=0))
     stack = NumpyPolicyStack(members, seed=0)
-    obs = observations(RGB, 7)
     owner = np.array([2, 0, 2, 1, 0, 2, 0])
     got = stack.act(obs, owner, deterministic=True)
     for member in range(3):
@@ -104,6 +104,10 @@ def test_a_population_of_conv_policies_acts_in_one_stack():
         alone = members[member].act(obs[rows], deterministic=True)
         np.testing.assert_allclose(got.actions[rows], alone.actions, atol=1e-5, rtol=0)
         np.testing.assert_allclose(got.values[rows], alone.values, atol=1e-5, rtol=0)
+
+
+def test_a_population_of_conv_policies_acts_in_one_stack():
+    assert_stack_acts_as_its_members(RGB, observations(RGB, 7))
 
 
 def export_meta(model, cfg: Cfg, space: gym.spaces.Box, action_space: gym.spaces.Box) -> dict:

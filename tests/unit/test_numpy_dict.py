@@ -20,9 +20,8 @@ from appo.config.cfg import Cfg, cfg_to_dict
 from appo.envs.packed_obs import PackedObsSpace
 from appo.models.numpy_twins import make_numpy_policy, numpy_description
 from appo.models.registry import make_model
-from appo.numpy_policy.actor_critic import NumpyPolicyStack
 from appo.numpy_policy.policy_file import write_policy_file
-from tests.unit.test_numpy_conv import ATOL, BOX, RGB, assert_same_act
+from tests.unit.test_numpy_conv import ATOL, BOX, RGB, assert_same_act, assert_stack_acts_as_its_members
 
 KEYS = {
     "image": RGB,  # uint8, channels last
@@ -74,19 +73,7 @@ def test_numpy_is_torch(name: str, trunk: str) -> None:
 
 def test_a_population_of_dict_policies_acts_in_one_stack() -> None:
     space = SPACES["image_and_vectors"]
-    members = []
-    for seed in range(3):
-        torch.manual_seed(seed)
-        members.append(make_numpy_policy(make_model(Cfg(encoder="simple"), space, BOX), "cpu", seed=0))
-    stack = NumpyPolicyStack(members, seed=0)
-    obs = packed(space, dict_observations(space, 7))
-    owner = np.array([2, 0, 2, 1, 0, 2, 0])
-    got = stack.act(obs, owner, deterministic=True)
-    for member in range(3):
-        rows = owner == member
-        alone = members[member].act(obs[rows], deterministic=True)
-        np.testing.assert_allclose(got.actions[rows], alone.actions, atol=1e-5, rtol=0)
-        np.testing.assert_allclose(got.values[rows], alone.values, atol=1e-5, rtol=0)
+    assert_stack_acts_as_its_members(space, packed(space, dict_observations(space, 7)))
 
 
 def test_an_exported_dict_policy_plays_from_dicts_and_packed_observations(tmp_path: Path) -> None:
