@@ -5,25 +5,17 @@ the raw bytes of each key side by side in a uint8 vector (`PackedObsSpace`): a u
 a float32 vector four bytes an entry. The model reads the space's `dict_space` and `layout` and takes the bytes
 apart again where it reads them (appo/models/actor_critic.py), into the dict of tensors its Dict encoder takes.
 
-Keys are laid out by item size, largest first (then by name), and the total is padded to a multiple of the largest
-item size, so that each key starts at a multiple of its own item size in every row: a slice of the bytes can be
-viewed as its dtype without a copy."""
+The layout (which key where, in numpy alone) is appo/utils/packed_layout.py's, shared with the torch-free policy."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-
-class PackedKey(NamedTuple):
-    key: str
-    dtype: str  # numpy's dtype string, e.g. "<f4", "|u1"
-    shape: tuple[int, ...]
-    offset: int  # in bytes
-    nbytes: int
+from appo.utils import packed_layout
 
 
 class PackedObsSpace(gym.spaces.Box):
@@ -34,36 +26,17 @@ class PackedObsSpace(gym.spaces.Box):
         for key, sub in dict_space.spaces.items():
             if not isinstance(sub, gym.spaces.Box):
                 raise ValueError(f"--env={name}: Dict observation key {key!r} is {sub}; only Box keys are supported")
-        order = sorted(dict_space.spaces, key=lambda k: (-np.dtype(dict_space[k].dtype).itemsize, k))
-        layout, offset = [], 0
-        for key in order:
-            sub = dict_space[key]
-            dtype = np.dtype(sub.dtype)
-            nbytes = int(np.prod(sub.shape, dtype=np.int64)) * dtype.itemsize
-            layout.append(PackedKey(key, dtype.str, tuple(int(s) for s in sub.shape), offset, nbytes))
-            offset += nbytes
-        widest = max((np.dtype(dict_space[k].dtype).itemsize for k in order), default=1)
-        total = max(-(-offset // widest) * widest, 1)
+        layout, total = packed_layout.plan({k: (sub.dtype, sub.shape) for k, sub in dict_space.spaces.items()})
         super().__init__(0, 255, (total,), np.uint8)
         self.dict_space, self.layout = dict_space, tuple(layout)
 
     def pack(self, obs: Mapping[str, Any]) -> np.ndarray:
         """One observation (a dict by key) as its bytes [total]."""
-        out = np.zeros(self.shape, np.uint8)
-        for k in self.layout:
-            value = np.asarray(obs[k.key], dtype=k.dtype)
-            out[k.offset : k.offset + k.nbytes] = value.reshape(-1).view(np.uint8)
-        return out
+        return packed_layout.pack(obs, self.layout, self.shape[0])
 
     def unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
-        """Packed observations [..., total] back into a dict of arrays [..., *the key's shape] (copies)."""
-        lead = packed.shape[:-1]
-        return {
-            k.key: np.ascontiguousarray(packed[..., k.offset : k.offset + k.nbytes])
-            .view(k.dtype)
-            .reshape(*lead, *k.shape)
-            for k in self.layout
-        }
+        """Packed observations [..., total] back into a dict of arrays [..., *the key's shape]."""
+        return packed_layout.unpack(packed, self.layout)
 
 
 class PackDictObs(gym.ObservationWrapper):

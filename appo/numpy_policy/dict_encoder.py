@@ -21,6 +21,7 @@ import numpy as np
 
 from appo.numpy_policy.conv import ImageEncoderPass
 from appo.numpy_policy.ops import State, mlp, run_layers
+from appo.utils import packed_layout
 
 
 class DictEncoderPass:
@@ -32,21 +33,14 @@ class DictEncoderPass:
         self.vector_keys = list(spec["vector_keys"])
         self.layers = mlp(state, f"{prefix}.mlp", spec["activation"])
         self.mix = mlp(state, f"{prefix}.mix", spec["activation"])  # empty for a single part
-        self.packed = [(k, np.dtype(d), tuple(s), o, n) for k, d, s, o, n in spec.get("packed", [])]
+        self.packed = packed_layout.as_layout(spec.get("packed", []))
 
     def unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
         """Packed observations [B, total] as a dict of [B, *shape] arrays in each key's dtype (views where the
         bytes allow)."""
         if not self.packed:
             raise ValueError("this Dict policy was saved without a packed layout: pass a dict of arrays by key")
-        packed = np.asarray(packed, dtype=np.uint8)
-        out = {}
-        for key, dtype, shape, offset, nbytes in self.packed:
-            part = packed[:, offset : offset + nbytes]
-            if dtype != np.uint8:
-                part = np.ascontiguousarray(part).view(dtype)
-            out[key] = part.reshape(len(packed), *shape)
-        return out
+        return packed_layout.unpack(packed, self.packed)
 
     def __call__(self, obs: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray:
         x = obs if isinstance(obs, Mapping) else self.unpack(obs)

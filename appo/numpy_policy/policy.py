@@ -22,6 +22,7 @@ import numpy as np
 
 from appo.config.algorithms.maml import inner_lr
 from appo.numpy_policy.registry import current_description, make_numpy_pass
+from appo.utils import packed_layout
 
 
 class Policy:
@@ -81,7 +82,7 @@ class Policy:
         gives them) or packed observations (as `make_env`'s env gives them)."""
         keys = self.meta.get("observation_keys")
         if keys and isinstance(obs, dict):
-            obs = self._pack(obs, keys)
+            obs = packed_layout.pack(obs, packed_layout.as_layout(keys), self.observation_shape[0])
         # Packed Dict observations are bytes: they keep their dtype, as every float view of them would change.
         x = np.asarray(obs, dtype=np.uint8 if keys else np.float32)
         single = x.shape == self.observation_shape
@@ -99,16 +100,6 @@ class Policy:
         if single:
             return actions[0] if not self.discrete else int(actions[0]), (None if new_state is None else new_state[0])
         return actions, new_state
-
-    def _pack(self, obs: dict[str, Any], keys: list[dict[str, Any]]) -> np.ndarray:
-        """One Dict observation, or a batch (each key [B, *shape]), as packed bytes (appo/envs/packed_obs.py)."""
-        first = keys[0]
-        lead = np.shape(obs[first["key"]])[: np.ndim(obs[first["key"]]) - len(first["shape"])]
-        out = np.zeros((*lead, *self.observation_shape), np.uint8)
-        for k in keys:
-            value = np.ascontiguousarray(obs[k["key"]], dtype=k["dtype"]).reshape(*lead, -1)
-            out[..., k["offset"] : k["offset"] + k["nbytes"]] = value.view(np.uint8)
-        return out
 
     def _env_actions(self, actions: np.ndarray) -> np.ndarray:
         if self.discrete:
