@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from appo.config.cfg import Cfg
 from appo.config.trunk import value_trunk_errors
+from appo.envs.packed_obs import PackedObsSpace
 from appo.models.distributions import Categorical, DiagGaussian
 from appo.models.encoders import build_mlp, encoder_kind, make_encoder, unpack_obs
 from appo.models.normalize import RunningMeanStd
@@ -55,7 +56,7 @@ class ActorCritic(nn.Module):
         self.rnn_type = cfg.rnn_type
         # Dict observations come packed into one uint8 array (appo/envs/packed_obs.py): the encoders are those of
         # the Dict space, and `encoder_input` unpacks what they read.
-        self.packed_layout = getattr(obs_space, "layout", None) if hasattr(obs_space, "dict_space") else None
+        self.packed_layout = obs_space.layout if isinstance(obs_space, PackedObsSpace) else None
         if self.packed_layout is not None:
             obs_space = obs_space.dict_space
         # "mlp", an image encoder's name or "dict" (appo/models/encoders.py); only the MLP reads normalised input.

@@ -112,7 +112,11 @@ def policy_parts(
         "observation_dtype": str(obs_dtype(obs_space)),  # as training stored them: uint8 frames stay uint8
         "action": action,
         # Dict observations go in packed (appo/envs/packed_obs.py): each key's bytes at its offset.
-        **({"observation_keys": [k._asdict() for k in obs_space.layout]} if hasattr(obs_space, "layout") else {}),
+        **(
+            {"observation_keys": [k._asdict() for k in layout]}
+            if (layout := getattr(model, "packed_layout", None))
+            else {}
+        ),
         "source": {
             "checkpoint": str(ckpt),
             "version": int(state.get("version", state.get("iteration", 0)) or 0),
