@@ -8,9 +8,12 @@ scores 5, a perfect one 20.
 
     python train_appo.py --env=appo.envs.quadrant_image:QuadrantImageEnv --train_for_env_steps=100000
 
-`QuadrantDictEnv` is the same task with a Dict observation, an image and a vector: {"image": the image, "mirror":
-float32 [1], -1 or +1, drawn with each image}. Under +1 the answer is the quadrant mirrored left to right (0 <-> 1,
-2 <-> 3), so a policy needs both keys to score above 10 of 20 (the best from the image alone; chance is 5).
+`QuadrantDictEnv` is the same task with a Dict observation, an image and a vector: {"image": the image, "flag":
+float32 [1], -1 or +1, drawn with each image} and eight actions: the quadrant under -1, the quadrant + 4 under +1.
+A policy needs both keys to score above 10 of 20 (the best from the image alone; from the flag alone, 5; chance,
+2.5). Each key pays on its own before they pay together, so a policy learns to read them one at a time. (A flag
+that mirrors the quadrant under even odds would make the image's column worthless without the flag: a parity
+problem, whose gradient is flat where learning starts.)
 """
 
 from __future__ import annotations
@@ -67,22 +70,23 @@ class QuadrantImageEnv(gym.Env[np.ndarray, int]):
 
 
 class QuadrantDictEnv(QuadrantImageEnv):
-    """The quadrant task with a Dict observation: the image and a mirror flag. See the module docstring."""
+    """The quadrant task with a Dict observation: the image and a flag. See the module docstring."""
 
     def __init__(self, episode_steps: int = 20, render_mode: str | None = None) -> None:
         super().__init__(episode_steps, render_mode)
         self.observation_space = spaces.Dict(
-            {"image": self.observation_space, "mirror": spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)}
+            {"image": self.observation_space, "flag": spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)}
         )
-        self._mirror = 1.0
+        self.action_space = spaces.Discrete(8)
+        self._flag = -1.0
 
     def _observe(self) -> dict[str, np.ndarray]:
         image = self._draw()
-        self._mirror = float(self.np_random.choice([-1.0, 1.0]))
-        return {"image": image, "mirror": np.array([self._mirror], dtype=np.float32)}
+        self._flag = float(self.np_random.choice([-1.0, 1.0]))
+        return {"image": image, "flag": np.array([self._flag], dtype=np.float32)}
 
     def answer(self) -> int:
-        return self._quadrant ^ 1 if self._mirror > 0 else self._quadrant
+        return self._quadrant + (4 if self._flag > 0 else 0)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
         gym.Env.reset(self, seed=seed)

@@ -83,11 +83,11 @@ def test_exports_take_one_input_per_key_and_act_as_torch(run, tmp_path) -> None:
         result = export(exp, fmt, tmp_path / fmt)
         assert result.returncode == 0, result.stderr[-3000:]
     session = ort.InferenceSession(str(tmp_path / "onnx"))
-    assert [i.name for i in session.get_inputs()] == ["obs_mirror", "obs_image", "rnn_state"]
+    assert [i.name for i in session.get_inputs()] == ["obs_flag", "obs_image", "rnn_state"]
     meta = json.loads(
         {p.key: p.value for p in __import__("onnx").load(str(tmp_path / "onnx")).metadata_props}["appo_meta"]
     )
-    assert [k["key"] for k in meta["observation_keys"]] == ["mirror", "image"]
+    assert [k["key"] for k in meta["observation_keys"]] == ["flag", "image"]
     assert meta["model"]["kind"] == "actor_critic" and meta["model"]["encoder"]["kind"] == "dict"
     scripted = torch.jit.load(str(tmp_path / "torchscript"))
     env = make_env(ENV)
@@ -97,9 +97,9 @@ def test_exports_take_one_input_per_key_and_act_as_torch(run, tmp_path) -> None:
         expected = model.act(torch.from_numpy(packed)[None], rnn, deterministic=True).actions
         parts = env.observation_space.unpack(packed[None])
         onnx_action, _ = session.run(
-            None, {"obs_mirror": parts["mirror"], "obs_image": parts["image"], "rnn_state": rnn.numpy()}
+            None, {"obs_flag": parts["flag"], "obs_image": parts["image"], "rnn_state": rnn.numpy()}
         )
-        ts_action, _ = scripted(torch.from_numpy(parts["mirror"]), torch.from_numpy(parts["image"]), rnn)
+        ts_action, _ = scripted(torch.from_numpy(parts["flag"]), torch.from_numpy(parts["image"]), rnn)
         assert np.array_equal(onnx_action, expected.numpy()) and torch.equal(ts_action, expected)
     # (At 2,000 env steps the policy's most likely action may be the same for every observation: that the graphs
     # compute the model's function on observations that change its action is tests/unit/test_numpy_dict.py's.)

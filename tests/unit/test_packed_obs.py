@@ -85,12 +85,12 @@ def test_make_env_packs_a_users_dict_env_and_the_model_reads_the_dicts_it_return
     for action in (0, 1, 2, 3, 1):
         rows.append(env.step(action)[0])
         dicts.append(raw.step(action)[0])
-    assert len({float(d["mirror"][0]) for d in dicts}) == 2  # both flags occur
+    assert len({float(d["flag"][0]) for d in dicts}) == 2  # both flags occur
     cfg = Cfg(env=name)
     model = make_model(cfg, env.observation_space, env.action_space)
     assert model.encoder_kind == "dict" and model.obs_normalizer is None
     read = model.encoder_input(torch.from_numpy(np.stack(rows)), 1)
-    for key in ("image", "mirror"):
+    for key in ("image", "flag"):
         expected = np.stack([d[key] for d in dicts])
         assert read[key].numpy().tobytes() == expected.tobytes() and read[key].dtype == torch.from_numpy(expected).dtype
     with torch.no_grad():
