@@ -67,10 +67,13 @@ class ActorCritic(nn.Module):
                 "--value_mlp_layers: sizes an MLP value trunk; with image or Dict observations the separate value "
                 "trunk is an encoder like the policy's"
             )
-        self.obs_normalizer = RunningMeanStd(tuple(obs_space.shape)) if cfg.normalize_input and flat else None
+        encoder, size = make_encoder(cfg, obs_space)
+        # --normalize_input: what an MLP reads, the observations (flat) or a Dict model's vector keys (images are
+        # scaled by their convnets). Registered before the encoder, as ever: the state dict's order is unchanged.
+        normalized = tuple(obs_space.shape) if flat else (getattr(encoder, "vector_size", 0),)
+        self.obs_normalizer = RunningMeanStd(normalized) if cfg.normalize_input and all(normalized) else None
         self.returns_normalizer = RunningMeanStd(()) if cfg.normalize_returns else None
-
-        self.encoder, size = make_encoder(cfg, obs_space)
+        self.encoder = encoder
         self.core: nn.Module | None = None
         if cfg.use_rnn:
             cell = nn.GRUCell if cfg.rnn_type == "gru" else nn.LSTMCell
@@ -112,10 +115,24 @@ class ActorCritic(nn.Module):
 
     def encoder_input(self, obs: Obs, lead: int) -> Obs:
         """What the encoders read of obs [*lead dims, *obs_shape]: the MLP the normalised observations flattened after
-        the `lead` dims; image and Dict encoders the observations as they come (they cast and scale themselves)."""
-        if self.packed_layout is not None and isinstance(obs, Tensor):  # (exported graphs pass the dict itself)
-            return unpack_obs(obs, self.packed_layout)
+        the `lead` dims; a Dict encoder the dict of keys, its vector keys normalised; image encoders the
+        observations as they come (they cast and scale themselves)."""
+        if self.encoder_kind == "dict":
+            parts = self._dict(obs)
+            if self.obs_normalizer is None:
+                return parts
+            return self.encoder.with_vectors(parts, self.obs_normalizer.normalize(self.encoder.vectors(parts)))
         return self.normalize_obs(obs).flatten(lead) if self.encoder_kind == "mlp" else obs
+
+    def normalizer_input(self, obs: Tensor) -> Tensor:
+        """What `obs_normalizer` tracks of obs [*lead, *obs_shape]: the observations, or a Dict model's vector keys
+        flattened and concatenated ([*lead, vector_size])."""
+        return self.encoder.vectors(self._dict(obs)) if self.encoder_kind == "dict" else obs
+
+    def _dict(self, obs: Obs) -> dict[str, Tensor]:
+        """A Dict model's observations by key: packed ones (as the buffers hold them) taken apart; dicts (exported
+        graphs', a model built on the Dict space itself) as they are."""
+        return unpack_obs(obs, self.packed_layout) if isinstance(obs, Tensor) else obs
 
     def _value_features(self, inputs: Obs, features: Tensor) -> Tensor:
         """What the value head reads: the separate trunk's features of the encoder input `inputs` (`encoder_input`),

@@ -8,7 +8,8 @@ an observation into a feature vector for the core and the heads.
 | nature, ... | error               | that convnet                | each image key: that convnet; the rest: MLP |
 
 - MLP: Linear + `--nonlinearity` per `--encoder_mlp_layers` size (`build_mlp`), on the observation flattened and
-  normalised by the model's running mean/std (`--normalize_input`: vector inputs only).
+  normalised by the model's running mean/std (`--normalize_input`: vector inputs and a Dict
+  observation's vector keys, never images).
 - The convnets (architectures: appo/numpy_policy/conv.py, whose tables both the torch and the numpy pass are built
   from): "nature", the Nature DQN CNN as CleanRL's ppo_atari has it (ReLU, linear 512); "simple", Sample Factory's
   convnet_simple (ELU, linear 512); "impala", the IMPALA ResNet (16, 32, 32 channels, ReLU, linear 256). Every conv
@@ -205,13 +206,13 @@ class MultiInputEncoder(nn.Module):
         self.vector_keys = [k for k in keys if k not in self.image_keys]
         self.nonlinearity = nonlinearity
         self.images = nn.ModuleDict({k: make_image_encoder(image_kind, space[k]) for k in self.image_keys})
-        self.vector_dims = {k: len(space[k].shape) for k in self.vector_keys}
+        self.vector_shapes = {k: tuple(int(d) for d in space[k].shape) for k in self.vector_keys}
+        self.vector_dims = {k: len(shape) for k, shape in self.vector_shapes.items()}
+        self.vector_size = sum(int(np.prod(space[k].shape)) for k in self.vector_keys)
         self.mlp: nn.Sequential | None = None
         mlp_size = 0
         if self.vector_keys:
-            self.mlp, mlp_size = build_mlp(
-                sum(int(np.prod(space[k].shape)) for k in self.vector_keys), layers, nonlinearity
-            )
+            self.mlp, mlp_size = build_mlp(self.vector_size, layers, nonlinearity)
         size = sum(e.out_size for e in self.images.values()) + mlp_size
         self.mix: nn.Sequential | None = None
         if len(self.images) + (self.mlp is not None) > 1:
@@ -233,12 +234,27 @@ class MultiInputEncoder(nn.Module):
         """Each key's features, concatenated: the image keys' convnets in order, then the MLP's."""
         parts = [self.images[k](obs[k]) for k in self.image_keys]
         if self.mlp is not None:
-            flat = []
-            for k in self.vector_keys:
-                x = obs[k]
-                flat.append(x.reshape(*x.shape[: x.dim() - self.vector_dims[k]], -1).float())
-            parts.append(self.mlp(torch.cat(flat, dim=-1)))
+            parts.append(self.mlp(self.vectors(obs)))
         return torch.cat(parts, dim=-1)
+
+    def vectors(self, obs: Mapping[str, Tensor]) -> Tensor:
+        """The vector keys of `obs` (each [*lead, *its shape]) flattened to float32 and concatenated in order:
+        [*lead, vector_size], what the MLP reads."""
+        flat = []
+        for k in self.vector_keys:
+            x = obs[k]
+            flat.append(x.reshape(*x.shape[: x.dim() - self.vector_dims[k]], -1).float())
+        return torch.cat(flat, dim=-1)
+
+    def with_vectors(self, obs: Mapping[str, Tensor], flat: Tensor) -> dict[str, Tensor]:
+        """`obs` with its vector keys replaced by the pieces of `flat` [*lead, vector_size] (`vectors`' layout)."""
+        out, start = dict(obs), 0
+        for k in self.vector_keys:
+            shape = self.vector_shapes[k]
+            size = int(np.prod(shape, dtype=np.int64))
+            out[k] = flat[..., start : start + size].reshape(*flat.shape[:-1], *shape)
+            start += size
+        return out
 
 
 @functools.cache

@@ -89,9 +89,11 @@ class ActorCriticPass(NumpyPass):
             self.obs_mean = self.obs_std = self.obs_clip = None
         # An image or Dict model's encoder (the value trunk's too, when it has its own): its features come from it.
         spec = d.get("encoder")
-        self.trunk = encoder_pass(state, "encoder", spec) if spec else None
+        # (A Dict encoder normalises its vector keys with the model's statistics; convnets ignore `normalize`.)
+        normalize = self.normalize if self.obs_mean is not None else None
+        self.trunk = encoder_pass(state, "encoder", spec, normalize) if spec else None
         separate = any(k.startswith("value_encoder.") for k in state)
-        self.value_trunk = encoder_pass(state, "value_encoder", spec) if spec and separate else None
+        self.value_trunk = encoder_pass(state, "value_encoder", spec, normalize) if spec and separate else None
         self.layers = mlp(state, "encoder", d["activation"]) if self.trunk is None else []
         # None without a core; else "gru" or "lstm" and the cell's weights (see core_weights).
         self.core_kind = d["core"]
@@ -107,6 +109,11 @@ class ActorCriticPass(NumpyPass):
             self.std = np.exp(self.log_std)
             self.log_prob_const = gaussian_log_prob_const(self.log_std)
 
+    def normalize(self, x: np.ndarray) -> np.ndarray:
+        """x [B, D] float32 standardised with the model's running statistics (`--normalize_input`), clipped."""
+        x = (x - self.obs_mean.reshape(-1)) / self.obs_std.reshape(-1)
+        return np.clip(x, -self.obs_clip, self.obs_clip) if self.obs_clip is not None else x
+
     def act(self, obs: np.ndarray, rnn_states: np.ndarray | None = None, deterministic: bool = False) -> NumpyActOutput:
         """`ActorCritic.act` for B envs: obs [B, *obs_shape], rnn_states [B, S] (the states before this step;
         required with a core, ignored and passed through without one). `deterministic` takes the mode (the mean,
@@ -116,9 +123,7 @@ class ActorCriticPass(NumpyPass):
         else:
             x = obs.reshape(len(obs), -1).astype(np.float32, copy=False)
             if self.obs_mean is not None:
-                x = (x - self.obs_mean.reshape(-1)) / self.obs_std.reshape(-1)
-                if self.obs_clip is not None:
-                    x = np.clip(x, -self.obs_clip, self.obs_clip)
+                x = self.normalize(x)
             h = run_layers(self.layers, x)
         value_features = h
         if self.separate_value_trunk:  # (never with a core)

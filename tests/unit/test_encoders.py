@@ -143,7 +143,7 @@ def test_actor_critic_on_dict_observations():
     space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), "state": VECTOR})
     torch.manual_seed(0)
     model = make_model(Cfg(use_rnn=True, rnn_size=16), space, gym.spaces.Discrete(4))
-    assert model.obs_normalizer is None
+    assert model.obs_normalizer.shape == (int(np.prod(VECTOR.shape)),)  # the vector key's statistics
     N, T = 2, 4
     obs = {k: frames(space[k], N, T, seed=i) for i, k in enumerate(space.spaces)}
     steps = stepped(model, obs, N, T, 16)

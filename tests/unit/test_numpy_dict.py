@@ -1,9 +1,9 @@
 """The Dict encoder in numpy (appo/numpy_policy/dict_encoder.py, bound in appo/models/numpy_twins.py): a Dict model's
 numpy twin computes the torch model's function, within 1e-4, on packed observations (as the trajectory buffers hold
 them) and on dicts of arrays, with image and vector keys of several dtypes, image or vector keys alone, a recurrent
-core and a separate value trunk; a population of Dict policies in one stack; an npz export that `appo.load_policy`
-plays from the env's own dict observations and from packed ones; ONNX and TorchScript exports, one input per key,
-that compute the model's actions on observations that change them."""
+core, a separate value trunk and the vector keys' input statistics; a population of Dict policies in one stack; an
+npz export that `appo.load_policy` plays from the env's own dict observations and from packed ones; ONNX and
+TorchScript exports, one input per key, that compute the model's actions on observations that change them."""
 
 from __future__ import annotations
 
@@ -52,6 +52,17 @@ def packed(space: PackedObsSpace, obs: dict[str, np.ndarray]) -> np.ndarray:
     return np.stack([space.pack({k: v[i] for k, v in obs.items()}) for i in range(n)])
 
 
+def skew_statistics(model: torch.nn.Module, space: PackedObsSpace) -> None:
+    """Input statistics far from the identity (--normalize_input, the vector keys'; none for images alone), so that
+    a pass that skipped or misplaced the normalisation would compute another function."""
+    if model.obs_normalizer is None:
+        assert space.dict_space.spaces.keys() == {"image"}
+        return
+    vectors = model.normalizer_input(torch.from_numpy(packed(space, dict_observations(space, 64, seed=1))))
+    model.obs_normalizer.update(vectors * 3 + torch.arange(vectors.shape[-1]))
+    assert model.obs_normalizer.shape == (vectors.shape[-1],) and float(model.obs_normalizer.mean[-1]) > 1
+
+
 @pytest.mark.parametrize("name", sorted(SPACES))
 @pytest.mark.parametrize("trunk", ["shared", "gru", "separate_value"])
 def test_numpy_is_torch(name: str, trunk: str) -> None:
@@ -59,6 +70,7 @@ def test_numpy_is_torch(name: str, trunk: str) -> None:
     space = SPACES[name]
     cfg = Cfg(encoder="simple", use_rnn=trunk == "gru", rnn_size=16, separate_value_trunk=trunk == "separate_value")
     model = make_model(cfg, space, BOX)
+    skew_statistics(model, space)
     twin = make_numpy_policy(model, "cpu", seed=0)
     assert twin is not None and twin.description["encoder"]["kind"] == "dict"
     assert twin.separate_value_trunk == (trunk == "separate_value")

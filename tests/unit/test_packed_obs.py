@@ -1,7 +1,8 @@
 """Dict observations packed into one uint8 array (appo/envs/packed_obs.py) and taken apart by the model
 (appo/models/encoders.py `unpack_obs`): every key comes back bit for bit in its dtype and shape, from single
 observations and from slices of trajectory tensors [N, T, bytes]; each key starts aligned to its item size; the
-model's encoders read exactly the dict the env returned; make_env packs a user's Dict env and only appo's
+model's encoders read exactly the dict the env returned, its vector keys standardised under --normalize_input and its
+images untouched; make_env packs a user's Dict env and only appo's
 actor-critic takes it."""
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def test_make_env_packs_a_users_dict_env_and_the_model_reads_the_dicts_it_return
         rows.append(env.step(action)[0])
         dicts.append(raw.step(action)[0])
     assert len({float(d["flag"][0]) for d in dicts}) == 2  # both flags occur
-    cfg = Cfg(env=name)
+    cfg = Cfg(env=name, normalize_input=False)
     model = make_model(cfg, env.observation_space, env.action_space)
     assert model.encoder_kind == "dict" and model.obs_normalizer is None
     read = model.encoder_input(torch.from_numpy(np.stack(rows)), 1)
@@ -105,3 +106,26 @@ def test_only_the_actor_critic_takes_dict_observations(algo: str) -> None:
     cfg = Cfg(env="appo.envs.quadrant_image:QuadrantDictEnv", algo=algo)
     with pytest.raises(ValueError, match=rf"^--algo={algo}: Dict observation spaces are not supported"):
         make_model(cfg, env.observation_space, gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+
+
+def test_normalize_input_standardises_the_vector_keys_and_leaves_images_as_they_are() -> None:
+    keys = spaces.Dict({**MIXED.spaces, "image": spaces.Box(0, 255, (40, 40, 3), np.uint8)})  # big enough a convnet
+    space = PackedObsSpace(keys)
+    model = make_model(Cfg(encoder="simple"), space, spaces.Discrete(3))
+    rng = np.random.default_rng(0)
+    obs = [{k: rng.uniform(sub.low, sub.high).astype(sub.dtype) for k, sub in keys.spaces.items()} for _ in range(9)]
+    batch = torch.from_numpy(np.stack([space.pack(o) for o in obs]))
+    vectors = model.normalizer_input(batch)  # the vector keys in the encoder's (sorted) order, as float32
+    assert model.encoder.vector_keys == ["count", "flag", "vector", "wide"] and vectors.shape == (9, 5 + 1 + 3 + 2)
+    model.obs_normalizer.update(vectors)
+    read = model.encoder_input(batch, 1)
+    assert read["image"].dtype == torch.uint8 and torch.equal(read["image"], unpack_obs(batch, space.layout)["image"])
+    mean, std = model.obs_normalizer.mean, torch.sqrt(model.obs_normalizer.var + model.obs_normalizer.epsilon)
+    start = 0
+    for key in model.encoder.vector_keys:
+        size = int(np.prod(keys[key].shape))
+        raw = torch.from_numpy(np.stack([o[key] for o in obs])).double().reshape(9, size)
+        expected = ((raw - mean[start : start + size]) / std[start : start + size]).clamp(-5, 5)
+        assert read[key].dtype == torch.float32 and read[key].shape == (9, *keys[key].shape)
+        torch.testing.assert_close(read[key].reshape(9, size).double(), expected, atol=1e-5, rtol=1e-5)
+        start += size

@@ -71,7 +71,7 @@ class PPO(Algorithm):
         offset, n_global = self.ranks.layout(N)  # where this rank's trajectories sit in the whole batch
         lr = self._set_learning_rate(env_steps)
         if model.obs_normalizer is not None:
-            self._update_normalizer(model.obs_normalizer, b["obs"][:, :T])
+            self._update_normalizer(model.obs_normalizer, model.normalizer_input(b["obs"][:, :T]))
         is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
         adv_all = ret_all = None
         values, old_dist = self._before_updates(b, not cfg.with_vtrace, cfg.kl_loss_coeff > 0)
