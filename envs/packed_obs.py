@@ -28,7 +28,7 @@ class PackedObsSpace(gym.spaces.Box):
                 raise ValueError(f"--env={name}: Dict observation key {key!r} is {sub}; only Box keys are supported")
         layout, total = packed_layout.plan({k: (sub.dtype, sub.shape) for k, sub in dict_space.spaces.items()})
         super().__init__(0, 255, (total,), np.uint8)
-        self.dict_space, self.layout = dict_space, tuple(layout)
+        self.dict_space, self.layout = dict_space, layout
 
     def pack(self, obs: Mapping[str, Any]) -> np.ndarray:
         """One observation (a dict by key) as its bytes [total]."""

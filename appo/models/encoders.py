@@ -208,7 +208,8 @@ class MultiInputEncoder(nn.Module):
         self.images = nn.ModuleDict({k: make_image_encoder(image_kind, space[k]) for k in self.image_keys})
         self.vector_shapes = {k: tuple(int(d) for d in space[k].shape) for k in self.vector_keys}
         self.vector_dims = {k: len(shape) for k, shape in self.vector_shapes.items()}
-        self.vector_size = sum(int(np.prod(space[k].shape)) for k in self.vector_keys)
+        self.vector_sizes = {k: int(np.prod(shape, dtype=np.int64)) for k, shape in self.vector_shapes.items()}
+        self.vector_size = sum(self.vector_sizes.values())
         self.mlp: nn.Sequential | None = None
         mlp_size = 0
         if self.vector_keys:
@@ -250,9 +251,8 @@ class MultiInputEncoder(nn.Module):
         """`obs` with its vector keys replaced by the pieces of `flat` [*lead, vector_size] (`vectors`' layout)."""
         out, start = dict(obs), 0
         for k in self.vector_keys:
-            shape = self.vector_shapes[k]
-            size = int(np.prod(shape, dtype=np.int64))
-            out[k] = flat[..., start : start + size].reshape(*flat.shape[:-1], *shape)
+            size = self.vector_sizes[k]
+            out[k] = flat[..., start : start + size].reshape(*flat.shape[:-1], *self.vector_shapes[k])
             start += size
         return out
 

@@ -37,6 +37,8 @@ class Policy:
         self.net = make_numpy_pass(meta["model"], seed)
         self.net.load_state(state)
         self.observation_shape = tuple(meta["observation_shape"])
+        # A Dict policy's packed layout (appo/utils/packed_layout.py), or None.
+        self.packed_layout = packed_layout.as_layout(meta["observation_keys"]) if meta.get("observation_keys") else None
         self.action = meta["action"]
         self.discrete = self.action["type"] == "Discrete"
         if not self.discrete:
@@ -80,11 +82,11 @@ class Policy:
         """(env-ready action(s), the recurrent state after this step) for one observation or a batch. `state`:
         the state before the step (None: the initial state). A Dict policy takes a dict of arrays by key (as the env
         gives them) or packed observations (as `make_env`'s env gives them)."""
-        keys = self.meta.get("observation_keys")
-        if keys and isinstance(obs, dict):
-            obs = packed_layout.pack(obs, packed_layout.as_layout(keys), self.observation_shape[0])
+        layout = self.packed_layout
+        if layout and isinstance(obs, dict):
+            obs = packed_layout.pack(obs, layout, self.observation_shape[0])
         # Packed Dict observations are bytes: they keep their dtype, as every float view of them would change.
-        x = np.asarray(obs, dtype=np.uint8 if keys else np.float32)
+        x = np.asarray(obs, dtype=np.uint8 if layout else np.float32)
         single = x.shape == self.observation_shape
         if not single and x.shape[1:] != self.observation_shape:
             raise ValueError(f"observation of shape {x.shape}: the policy takes {self.observation_shape} or [B, *that]")
