@@ -26,15 +26,15 @@ import numpy as np
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.envs import make_run_env, make_run_vector
-from appo.envs.episode_end import TRUE_OBJECTIVE
 from appo.envs.wrappers import task_bucket
 from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
 from appo.protocol.processes import component_main
 from appo.protocol.shared_views import ParamViews, numpy_views
 from appo.protocol.wiring import Queues, actor_inbox, send
-from appo.sampling.agent_split import AGENT, VS_POOL, AgentEnvRunner
+from appo.sampling.agent_split import AgentEnvRunner
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.inference import Inference, make_numpy_inference
+from appo.sampling.split_envs import FinishedEpisode
 from appo.sampling.vector_split import VectorEnvRunner
 from appo.utils.seeding import incarnation_seed
 from appo.utils.timing import Timing
@@ -48,12 +48,12 @@ def trial_summary(trial: dict) -> dict:
     return {"returns": [float(r) for r in trial["returns"]], "bucket": task_bucket(trial["task"])}
 
 
-def by_agent(episodes: list[tuple[float, int, dict | None, int]]) -> dict[str, list[float]]:
+def by_agent(episodes: list[FinishedEpisode]) -> dict[str, list[float]]:
     """Multi-agent envs: the returns of finished episodes by the name of the agent that played them."""
     out: dict[str, list[float]] = {}
-    for ret, _, info, _ in episodes:
-        if info and AGENT in info:
-            out.setdefault(info[AGENT], []).append(ret)
+    for e in episodes:
+        if e.agent is not None:
+            out.setdefault(e.agent, []).append(e.episode_return)
     return out
 
 
@@ -174,22 +174,22 @@ class ActorWorker:
         stepping = self.timing.totals["env_step"] + self.timing.totals["inference"]
         busy = (stepping - self.last_stepping) / max(now - self.last_report, 1e-9)
         self.last_report, self.last_stepping = now, stepping
-        by_policy: dict[int, list[tuple[float, int, dict | None, int]]] = {}
+        by_policy: dict[int, list[FinishedEpisode]] = {}
         for runner in self.runners:
             for episode in runner.pop_finished():
-                by_policy.setdefault(episode[3], []).append(episode)
+                by_policy.setdefault(episode.policy, []).append(episode)
         if not by_policy:  # still report utilisation
             by_policy[0] = []
         return [
             EpisodeReport(
                 pid,
                 self.worker_idx,
-                [e[0] for e in eps],
-                [e[1] for e in eps],
-                [trial_summary(e[2]) for e in eps if e[2] and "returns" in e[2]],
+                [e.episode_return for e in eps],
+                [e.length for e in eps],
+                [trial_summary(e.trial) for e in eps if e.trial and "returns" in e.trial],
                 busy,
-                [e[0] for e in eps if e[2] and e[2].get(VS_POOL)],
-                [e[2][TRUE_OBJECTIVE] for e in eps if e[2] and TRUE_OBJECTIVE in e[2]],
+                [e.episode_return for e in eps if e.vs_pool],
+                [e.true_objective for e in eps if e.true_objective is not None],
                 by_agent(eps),
             )
             for pid, eps in by_policy.items()

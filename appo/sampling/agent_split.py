@@ -28,15 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from appo.envs.episode_end import TRUE_OBJECTIVE
 from appo.envs.multi_agent import AgentEnvError
 from appo.protocol.control import FREE, weight_set_of
 from appo.sampling.env_runner import EnvRunner
-
-# The info slot of a reported episode: which agent played it (its name), and whether its game was against a self-play
-# snapshot (appo/sampling/actor_worker.py reports).
-AGENT = "agent"
-VS_POOL = "vs_pool"
+from appo.sampling.split_envs import FinishedEpisode
 
 
 class AgentRow:
@@ -178,7 +173,7 @@ class AgentEnvRunner(EnvRunner):
         return self._reset_game(g)
 
     def _record_episodes(
-        self, rewards: np.ndarray, dones: np.ndarray, trials: dict[int, dict], failed: list[int]
+        self, rewards: np.ndarray, dones: np.ndarray, ends: dict[int, dict], failed: list[int]
     ) -> None:
         """As the EnvRunner's, with an agent's life as its episode: only rows that acted count a step, and an
         episode ends where its agent's did (or where its game failed, not reported)."""
@@ -190,13 +185,16 @@ class AgentEnvRunner(EnvRunner):
         against_pool = (self.step_opponent != FREE).reshape(-1, self.k).any(axis=1).repeat(self.k)
         for i in np.flatnonzero(ended):
             if int(i) not in failed and self.step_opponent[i] == FREE:  # (a snapshot's episode is not a result)
-                info: dict = {AGENT: str(self.games[i // self.k].agents[i % self.k])}
-                if against_pool[i]:
-                    info[VS_POOL] = True
-                if not np.isnan(self.end_objective[i]):
-                    info[TRUE_OBJECTIVE] = float(self.end_objective[i])
+                objective = float(self.end_objective[i])
                 self.finished.append(
-                    (float(self.ep_returns[i]), int(self.ep_lengths[i]), info, int(self.env_policy[i]))
+                    FinishedEpisode(
+                        float(self.ep_returns[i]),
+                        int(self.ep_lengths[i]),
+                        int(self.env_policy[i]),
+                        true_objective=None if np.isnan(objective) else objective,
+                        agent=str(self.games[i // self.k].agents[i % self.k]),
+                        vs_pool=bool(against_pool[i]),
+                    )
                 )
             self.next_policy[i], self.next_weights[i] = self._assigned(int(i), self._draw(int(i)))
         self.ep_returns[ended] = 0.0

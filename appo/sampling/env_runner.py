@@ -42,7 +42,7 @@ from appo.protocol import episode_ids
 from appo.protocol.buffers import array_dtype, first_env, first_slot, group_index, missing_obs_value
 from appo.protocol.control import FREE, PolicyDraw
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
-from appo.sampling.split_envs import SplitEnvs
+from appo.sampling.split_envs import FinishedEpisode, SplitEnvs
 
 
 class EnvRunner(SplitEnvs):
@@ -120,7 +120,7 @@ class EnvRunner(SplitEnvs):
         self.envs: list[gym.Env] = []
         self.ep_returns = np.zeros(self.num_envs)
         self.ep_lengths = np.zeros(self.num_envs, dtype=np.int64)
-        self.finished: list[tuple[float, int, dict | None, int]] = []  # (return, length, trial info, policy)
+        self.finished: list[FinishedEpisode] = []
         self.next_obs: np.ndarray | None = None
         self.next_rnn: np.ndarray | None = None
         self.requested_at: float | None = None  # monotonic time of the outstanding InferenceRequests
@@ -268,13 +268,13 @@ class EnvRunner(SplitEnvs):
             actions = actions[:, 0]
         for name in self.extra_fields:  # before stepping: a reset below starts the next episode's task
             buf[name][slots, t] = self._field(name)
-        rewards, dones, truncs, trials, failed = self._step_envs(actions, t)
+        rewards, dones, truncs, ends, failed = self._step_envs(actions, t)
         if failed or self.env_errors.any():
             ok = np.ones(n, dtype=bool)
             ok[failed] = False
             self.env_errors[~ok] += 1
             self.env_errors[ok] = 0
-        self._record_episodes(rewards, dones, trials, failed)
+        self._record_episodes(rewards, dones, ends, failed)
         buf["rewards"][slots, t] = self._shape_rewards(rewards)
         buf["dones"][slots, t] = dones
         buf["truncated"][slots, t] = truncs
@@ -357,7 +357,7 @@ class EnvRunner(SplitEnvs):
             self.first_env + np.arange(self.num_envs, dtype=np.int64), self.incarnation, self.episode_count
         )
 
-    def pop_finished(self) -> list[tuple[float, int, dict | None, int]]:
+    def pop_finished(self) -> list[FinishedEpisode]:
         finished, self.finished = self.finished, []
         return finished
 

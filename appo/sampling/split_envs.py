@@ -6,7 +6,7 @@ state these methods use is set up in `EnvRunner.__init__`."""
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -19,6 +19,18 @@ from appo.utils.logging import log
 SEEN_ERRORS: set[str] = set()
 
 
+class FinishedEpisode(NamedTuple):
+    """An episode that ended, as its actor worker reports it (appo/sampling/actor_worker.py `reports`)."""
+
+    episode_return: float
+    length: int
+    policy: int
+    trial: dict | None = None  # a task env's ended trial (its info["trial"]: the episodes' returns and the task)
+    true_objective: float | None = None  # info[TRUE_OBJECTIVE], where the env reports one (a win, say)
+    agent: str | None = None  # multi-agent: the name of the agent that played it
+    vs_pool: bool = False  # multi-agent self-play: its game was against a snapshot from the pool
+
+
 class SplitEnvs:
     envs: list[Any]
     # Per env: its last episode end was one for learning only (info[EPISODE_CONTINUES]: Atari's lost life), the
@@ -29,13 +41,13 @@ class SplitEnvs:
         self, actions: np.ndarray, t: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, dict], list[int]]:
         """Step every env (whose episode runs) once; write the next observations at t + 1. Returns rewards, dones,
-        truncations, the trial infos of ended trials and the envs that failed."""
+        truncations, the last infos of the envs whose episode ended and the envs that failed."""
         n = self.num_envs
         rewards = np.empty(n, dtype=np.float32)
         dones = np.zeros(n, dtype=np.float32)
         truncs = np.zeros(n, dtype=np.float32)
         obs_out = self.buf["obs"]
-        trials: dict[int, dict] = {}
+        ends: dict[int, dict] = {}
         failed: list[int] = []
         episodic, alive = self.episodic, self.alive
         self.continues = np.zeros(n, dtype=bool)
@@ -50,17 +62,13 @@ class SplitEnvs:
                     dones[i] = 1.0
                     truncs[i] = float(truncated and not terminated)
                     self.continues[i] = bool(info.get(EPISODE_CONTINUES, False))
-                    trial = info.get("trial")
-                    if TRUE_OBJECTIVE in info:  # the finished episode's info: its trial's and its true objective
-                        trials[i] = {**(trial or {}), TRUE_OBJECTIVE: float(info[TRUE_OBJECTIVE])}
-                    elif trial is not None:
-                        trials[i] = trial
+                    ends[i] = info
                     if self.final_obs is not None:
                         self.final_obs[self.first + i, t] = obs  # before the reset replaces it
                     if self.episodic:
                         self.alive[i] = False
                     else:
-                        obs = self._reset_env(i, trial)
+                        obs = self._reset_env(i, info.get("trial"))
             except Exception as exc:  # a broken env must not take the worker (and the run) down
                 obs, reward = self._recover_env(i, exc), 0.0
                 dones[i] = truncs[i] = 1.0  # cut the episode; bootstrap it like a time limit
@@ -70,7 +78,7 @@ class SplitEnvs:
                     self.final_obs[self.first + i, t] = self.missing_obs  # which step_failed marks)
             rewards[i] = reward
             obs_out[self.first + i, t + 1] = obs
-        return rewards, dones, truncs, trials, failed
+        return rewards, dones, truncs, ends, failed
 
     def _recover_env(self, i: int, exc: Exception) -> np.ndarray:
         """Log the error (once per distinct one), rebuild the env and return its first observation. More than
@@ -134,7 +142,7 @@ class SplitEnvs:
         return rewards
 
     def _record_episodes(
-        self, rewards: np.ndarray, dones: np.ndarray, trials: dict[int, dict], failed: list[int]
+        self, rewards: np.ndarray, dones: np.ndarray, ends: dict[int, dict], failed: list[int]
     ) -> None:
         self.ep_returns += rewards
         self.ep_lengths += 1
@@ -144,8 +152,17 @@ class SplitEnvs:
             ended = (dones > 0) & ~self.continues
             for i in np.flatnonzero(ended):
                 if int(i) not in failed:  # an episode cut by an env error is not a result
-                    result = (float(self.ep_returns[i]), int(self.ep_lengths[i]), trials.get(int(i)))
-                    self.finished.append((*result, int(self.env_policy[i])))
+                    info = ends.get(int(i), {})
+                    objective = info.get(TRUE_OBJECTIVE)
+                    self.finished.append(
+                        FinishedEpisode(
+                            float(self.ep_returns[i]),
+                            int(self.ep_lengths[i]),
+                            int(self.env_policy[i]),
+                            trial=info.get("trial"),
+                            true_objective=None if objective is None else float(objective),
+                        )
+                    )
                 self.next_policy[i], self.next_weights[i] = self._assigned(i, self._draw(i))
             self.ep_returns[ended] = 0.0
             self.ep_lengths[ended] = 0

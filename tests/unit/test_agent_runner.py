@@ -15,7 +15,8 @@ from appo.config.derive import derive
 from appo.envs.multi_agent import AgentEnv, AgentEnvError
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
-from appo.sampling.agent_split import AGENT, AgentEnvRunner
+from appo.sampling.agent_split import AgentEnvRunner
+from appo.sampling.split_envs import FinishedEpisode
 from tests.support.agent_games import AGENTS, BrokenGame, LeaveJoinGame, UnequalSpacesGame
 
 K = len(AGENTS)
@@ -76,7 +77,7 @@ class ReferenceGame:
             self.returns[j] += rewards[agent]
             self.lengths[j] += 1
             if done[j]:
-                finished.append((float(self.returns[j]), int(self.lengths[j]), {AGENT: agent}, 0))
+                finished.append(FinishedEpisode(float(self.returns[j]), int(self.lengths[j]), 0, agent=agent))
                 self.returns[j], self.lengths[j] = 0.0, 0
         if not self.env.agents:  # every agent left: the game starts again
             obs = self.env.reset()[0]
@@ -140,7 +141,7 @@ def test_every_row_matches_a_reference_loop_across_leaving_joining_resets_and_ro
     assert all(ref.resets >= 6 for ref in refs)
     assert ends_at_rollout_end >= 1
     assert absent_row_steps > 0
-    assert len({length for _, length, _, _ in expected_finished}) >= 4
+    assert len({e.length for e in expected_finished}) >= 4
 
 
 def test_a_games_rows_are_reset_once_together_and_absent_agents_start_as_zeros() -> None:

@@ -190,7 +190,7 @@ def test_rnn_state_resets_exactly_at_trial_boundaries():
     assert reset_at == [6, 12]
     train, _ = task_split(make_env("navigation2d"), 6, 2, seed=0)
     finished = runner.pop_finished()
-    assert len(finished) == 4 and all(trial["task"] in train for _, _, trial, _ in finished)
+    assert len(finished) == 4 and all(e.trial["task"] in train for e in finished)
     assert torch.is_tensor(bufs["obs"])
 
 

@@ -18,7 +18,6 @@ from torch import nn
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
-from appo.envs.episode_end import TRUE_OBJECTIVE
 from appo.envs.multi_agent import AgentEnv
 from appo.envs.paddle_duel import PaddleDuelEnv
 from appo.learning.snapshot_pool import SnapshotPool, attach_snapshots
@@ -27,7 +26,8 @@ from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy
 from appo.protocol.control import allocate_snapshot_versions, weight_set_of
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.protocol.param_sync import ParamStore
-from appo.sampling.agent_split import AGENT, VS_POOL, AgentEnvRunner
+from appo.sampling.agent_split import AgentEnvRunner
+from appo.sampling.split_envs import FinishedEpisode
 
 POOL, EVERY = 3, 5
 OBS, ACTIONS = spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(3)
@@ -249,9 +249,16 @@ def play(cfg: Cfg, d, views, control, runner: AgentEnvRunner, rollouts: int, on_
             expected = []
             for i in np.flatnonzero(dones > 0):
                 if learner[i]:
-                    info = {AGENT: ("left", "right")[i % 2]} | ({VS_POOL: True} if vs_pool[i // 2] else {})
-                    info[TRUE_OBJECTIVE] = float(returns[i] > 0)  # paddle_duel's: a win
-                    expected.append((float(returns[i]), int(lengths[i]), info, 0))
+                    expected.append(
+                        FinishedEpisode(
+                            float(returns[i]),
+                            int(lengths[i]),
+                            0,
+                            true_objective=float(returns[i] > 0),  # paddle_duel's: a win
+                            agent=("left", "right")[i % 2],
+                            vs_pool=bool(vs_pool[i // 2]),
+                        )
+                    )
                 returns[i], lengths[i] = 0.0, 0
             seen["games"] += int((dones > 0).sum()) // 2
             assert runner.pop_finished() == expected, f"episodes at t={t} of rollout {r}"
