@@ -10,8 +10,8 @@ Rules (after Sample Factory's PBT):
   when the best k and the worst k would overlap.
 - One of the best k is left alone. One of the worst k copies the weights and the (mutated) hyperparameters of a
   random member of the best k, provided the source is better by more than `pbt_replace_reward_gap_absolute`
-  and by more than `pbt_replace_reward_gap` relative to |source objective|. Anyone else only mutates its own
-  hyperparameters.
+  and by more than `pbt_replace_reward_gap` relative to |source objective| ("more than" beyond float rounding:
+  win rates 0.54 and 0.53 differ by exactly 0.01, not by more). Anyone else only mutates its own hyperparameters.
 - Mutation: each hyperparameter independently with probability `pbt_mutation_rate` is multiplied or divided
   (probability 1/2 each) by a factor drawn uniformly from [pbt_perturb_min, pbt_perturb_max]; discounts
   (gamma, gae_lambda) are perturbed on 1 - value. Results are clamped to the range the run's algorithm declares
@@ -37,6 +37,7 @@ def hparam_ranges(cfg: Any) -> Ranges:
 
 
 RNG_SEED_OFFSET = 7919
+GAP_ROUNDING = 1e-9  # an objective gap counts as "more than" a threshold only beyond float rounding
 PBT_OBJECTIVES = ("train_return", "eval_return", "true_objective")  # --pbt_target_objective's values
 STATE_VERSION = 1  # of Population.state_dict(); a file of another version is not loaded
 
@@ -145,7 +146,8 @@ class Population:
     def _gap_ok(self, source_obj: float, target_obj: float) -> bool:
         gap = source_obj - target_obj
         relative = abs(gap) / (abs(source_obj) + 1e-8)
-        return gap > self.cfg.pbt_replace_reward_gap_absolute and relative > self.cfg.pbt_replace_reward_gap
+        absolute_ok = gap > self.cfg.pbt_replace_reward_gap_absolute + GAP_ROUNDING
+        return absolute_ok and relative > self.cfg.pbt_replace_reward_gap + GAP_ROUNDING
 
     def decide(self, policy: int, env_steps: int, objectives: list[float | None]) -> Event | None:
         """The decision for a due `policy`; the returned event's new_hparams are already stored."""

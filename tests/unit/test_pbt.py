@@ -164,6 +164,14 @@ def test_absolute_gap_threshold():
     assert event is not None and event.kind == "replace"
 
 
+def test_a_gap_equal_to_the_threshold_up_to_float_rounding_does_not_replace():
+    cfg = make_cfg(num_policies=2, pbt_mutation_rate=0.0, pbt_replace_reward_gap=0.0)
+    cfg.pbt_replace_reward_gap_absolute = 0.01  # win rates over 100 games: 0.54 - 0.53 is 0.010000000000000009
+    assert Population(cfg).decide(0, 5000, [0.53, 0.54]) is None
+    event = Population(cfg).decide(0, 5000, [0.53, 0.55])
+    assert event is not None and event.kind == "replace" and event.source == 1
+
+
 def test_negative_objectives_use_the_source_magnitude():
     pop = Population(make_cfg(num_policies=2, pbt_mutation_rate=0.0))
     assert pop.decide(0, 5000, [-100.0, -95.0]) is None  # gap 5 < 0.1 * 95
