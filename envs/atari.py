@@ -55,39 +55,41 @@ def game_of(env_name: str) -> tuple[str, float] | None:
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode (terminated, info[EPISODE_CONTINUES] = True) while the game goes on: the next
-    reset takes one no-op step instead of restarting the game. Game over resets for real."""
+    """A lost life ends the episode (terminated, info[EPISODE_CONTINUES] = True) while the game goes on: the reset
+    that follows such an end takes one no-op step instead of restarting the game. Any other reset (after game over,
+    or one that cuts an episode short: a policy switch) starts a new game."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self.lives = 0
-        self.game_over = True
+        self.life_lost = False  # the last step ended the episode on a lost life, the game going on
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.game_over = terminated or truncated
         lives = self.env.unwrapped.ale.lives()
-        if 0 < lives < self.lives and not self.game_over:
+        self.life_lost = 0 < lives < self.lives and not (terminated or truncated)
+        if self.life_lost:
             terminated = True
             info = {**info, EPISODE_CONTINUES: True}
         self.lives = lives
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
-        if self.game_over:
-            obs, info = self.env.reset(**kwargs)
-        else:  # the next life: one no-op moves on from the frame where the last one was lost
+        if self.life_lost:  # the next life: one no-op moves on from the frame where the last one was lost
             obs, _, terminated, truncated, info = self.env.step(0)
             if terminated or truncated:
                 obs, info = self.env.reset(**kwargs)
-        self.game_over = False
+        else:
+            obs, info = self.env.reset(**kwargs)
+        self.life_lost = False
         self.lives = self.env.unwrapped.ale.lives()
         return obs, info
 
 
 class FireReset(gym.Wrapper):
-    """Press FIRE (then the next action, as the Baselines wrapper does) after every reset, for games that wait
-    for it (Breakout's ball, ...); without it an untrained policy can idle through a whole game."""
+    """Press FIRE (then the next action, as the Baselines wrapper does) at the start of every game, for games that
+    wait for it (Breakout's ball, ...); without it an untrained policy can idle through a whole game. After a lost
+    life the policy presses FIRE itself, as in evaluation's whole games and in ale-py's vector env."""
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
         self.env.reset(**kwargs)
@@ -115,26 +117,28 @@ def make_atari(
     max_episode_steps: int = 0,
     render_mode: str | None = None,
 ) -> gym.Env:
-    """The preprocessed game `game` (a ROM id). `max_episode_steps` > 0 caps an episode in agent steps (the
-    frame cap MAX_FRAMES holds otherwise)."""
+    """The preprocessed game `game` (a ROM id). `max_episode_steps` > 0 caps a game at that many agent steps
+    (counted from the policy's first action, as ale-py's vector env counts them); the frame cap MAX_FRAMES holds
+    besides."""
     import ale_py
 
-    max_frames = MAX_FRAMES if max_episode_steps <= 0 else max_episode_steps * frame_skip
     env: gym.Env = ale_py.AtariEnv(
         game=game,
         frameskip=1,
         repeat_action_probability=sticky,
         full_action_space=False,
-        max_num_frames_per_episode=max_frames,
+        max_num_frames_per_episode=MAX_FRAMES,
         render_mode=render_mode,
     )
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size, grayscale_obs=True
     )
-    if episodic_life:
-        env = EpisodicLife(env)
     if fire_reset and needs_fire(env):
         env = FireReset(env)
+    if max_episode_steps > 0:
+        env = gym.wrappers.TimeLimit(env, max_episode_steps)
+    if episodic_life:
+        env = EpisodicLife(env)
     env = gym.wrappers.FrameStackObservation(env, stack)
     return env
 
@@ -154,9 +158,9 @@ def make_atari_vector(
     """ale-py's native AtariVectorEnv (C++ threads) of `num_envs` games of `env_name` with the preprocessing of
     `make_atari`, auto-resetting in the same step (info["final_obs"] holds a finished episode's last observation).
     With `episodic_life` a lost life comes back as terminated while the game goes on (ale-py's life_loss_info);
-    the caller tells it from game over by the lives (envs that continue have fewer, a new game has more). Two
-    differences from `make_atari`'s wrappers: the frame stack starts from zeros instead of the first frame
-    repeated, and FIRE is pressed at a game's start only, not after a lost life."""
+    the caller tells it from game over by the lives (envs that continue have fewer, a new game has more). One
+    difference from `make_atari`'s wrappers: the frame stack starts from zeros instead of the first frame
+    repeated."""
     from ale_py.vector_env import AtariVectorEnv
 
     game, sticky = game_of(env_name)  # type: ignore[misc]

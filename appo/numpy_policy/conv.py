@@ -107,8 +107,8 @@ class ImageEncoderPass:
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         # Channels-last and contiguous in one copy: the convs' strided windows then read whole pixels at a time.
         x = np.ascontiguousarray(obs if self.channels_last else obs.transpose(0, 2, 3, 1), dtype=np.float32)
-        if self.divisor != 1.0:
-            x /= self.divisor
+        if self.divisor != 1.0:  # in place only on the copy: never scale the caller's own float array
+            x = x / self.divisor if np.may_share_memory(x, obs) else np.divide(x, self.divisor, out=x)
         act = self.activation
         if self.kind == "impala":
             for conv, *res in self.stacks:

@@ -312,14 +312,18 @@ class EnvRunner(SplitEnvs):
 
     def _cut_episode(self, i: int) -> None:
         """Env `i` changes policy: end its episode at the rollout's last step as a time limit would (unless it
-        ended there anyway) and start the next one from a reset, with the zero recurrent state."""
+        ended there anyway) and start the next one from a reset, with the zero recurrent state. An episode that
+        ended there on a lost life is a game that goes on: it is restarted too, so that no policy plays on (and is
+        credited with) a game another one began."""
         slot, T = self.first + i, self.cfg.rollout
-        if self.buf["dones"][slot, T - 1] > 0:
+        ended = self.buf["dones"][slot, T - 1] > 0
+        if ended and not self.continues[i]:
             return  # the new episode starts with the new rollout already
-        self.buf["dones"][slot, T - 1] = 1.0
-        self.buf["truncated"][slot, T - 1] = 1.0
-        if self.final_obs is not None:
-            self.final_obs[slot, T - 1] = self.buf["obs"][slot, T]  # the env was not reset there: the true next obs
+        if not ended:
+            self.buf["dones"][slot, T - 1] = 1.0
+            self.buf["truncated"][slot, T - 1] = 1.0
+            if self.final_obs is not None:  # the env was not reset there: the true next obs
+                self.final_obs[slot, T - 1] = self.buf["obs"][slot, T]
         try:
             obs = self._reset_env(i)
         except Exception as exc:

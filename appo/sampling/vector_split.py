@@ -74,6 +74,7 @@ class VectorEnvRunner(EnvRunner):
         except Exception as exc:  # the whole vector is one env to recover: every episode is cut
             self.buf["obs"][slots, t + 1] = self._recover_env(0, exc)
             cut = np.ones(n, dtype=np.float32)
+            self.continues = np.zeros(n, dtype=bool)  # every game starts anew
             if self.final_obs is not None:
                 self.final_obs[slots, t] = self.missing_obs
             return np.zeros(n, dtype=np.float32), cut, cut.copy(), {}, list(range(n))

@@ -100,3 +100,51 @@ def test_renders_the_colour_screen() -> None:
     env.reset(seed=0)
     frame = env.render()
     assert frame.shape == (210, 160, 3) and frame.dtype == np.uint8
+
+
+def lose_a_life(env: gym.Env) -> None:
+    """Play NOOP from a reset (FIRE served the ball) until a lost life ends the learning episode."""
+    for _ in range(2000):
+        _, _, terminated, truncated, info = env.step(0)
+        if terminated or truncated:
+            assert info.get(EPISODE_CONTINUES) and info["lives"] == 4, info
+            return
+    pytest.fail("NOOP play lost no Breakout life in 2,000 steps")
+
+
+def test_a_reset_that_cuts_a_game_starts_a_new_one_even_with_episodic_life() -> None:
+    """A policy switch cuts the episode with a reset: the next policy gets a new game, not the rest of this one.
+    After a lost life, the reset goes on with the same game."""
+    env = make_env("atari_breakout", episodic_life=True)
+    ale = env.unwrapped.ale
+    env.reset(seed=3)
+    for _ in range(15):
+        env.step(3)
+    frames = ale.getEpisodeFrameNumber()
+    env.reset(seed=4)
+    assert ale.getEpisodeFrameNumber() < frames and ale.lives() == 5
+    lose_a_life(env)
+    frames = ale.getEpisodeFrameNumber()
+    env.reset(seed=5)
+    assert ale.getEpisodeFrameNumber() > frames and ale.lives() == 4  # the game goes on
+    env.reset(seed=6)  # a second reset without a step between: a cut, a new game
+    assert ale.getEpisodeFrameNumber() < frames and ale.lives() == 5
+
+
+def test_fire_starts_a_game_but_the_policy_serves_after_a_lost_life() -> None:
+    """As in evaluation's whole games and in ale-py's vector env: FIRE at a game's start only."""
+    env = make_env("atari_breakout", episodic_life=True)
+    env.reset(seed=0)
+    lose_a_life(env)
+    env.reset()
+    for _ in range(300):  # NOOP: no ball in play, no life lost
+        _, _, terminated, _, info = env.step(0)
+        assert not terminated and info["lives"] == 4
+
+
+def test_max_episode_steps_counts_agent_steps() -> None:
+    env = make_env("atari_breakout", max_episode_steps=50)
+    env.reset(seed=0)
+    for step in range(1, 51):
+        _, _, terminated, truncated, _ = env.step(0)
+        assert not terminated and truncated == (step == 50), step

@@ -67,6 +67,19 @@ def test_numpy_is_torch(kind, core, space):
     assert_same_act(model, twin, observations(space, 6), core is not None, state_size(cfg))
 
 
+def test_numpy_pass_leaves_a_callers_float_frames_as_they_are():
+    """Channels-last float32 frames of a uint8 space need no copy to lay out: the scaling by 1/255 must not happen
+    in the caller's array (a second call on it would see the frames scaled twice)."""
+    torch.manual_seed(0)
+    twin = make_numpy_policy(make_model(Cfg(encoder="simple"), RGB, BOX), "cpu", seed=0)
+    frames = observations(RGB, 3)
+    as_float = frames.astype(np.float32)
+    first = twin.act(as_float, None, deterministic=True).actions
+    np.testing.assert_array_equal(as_float, frames.astype(np.float32))
+    np.testing.assert_allclose(twin.act(as_float, None, deterministic=True).actions, first, atol=ATOL, rtol=0)
+    np.testing.assert_allclose(twin.act(frames, None, deterministic=True).actions, first, atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("kind", IMAGE_ENCODERS)
 def test_numpy_separate_value_trunk(kind):
     torch.manual_seed(0)
