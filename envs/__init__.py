@@ -68,9 +68,9 @@ def _make_env(name: str, max_episode_steps: int, render_mode: str | None, **kwar
     if ":" in name:
         env = _from_class_path(name, kwargs)
         if is_parallel_env(env):  # many agents in one env (a PettingZoo Parallel env): a row per agent
-            return AgentEnv(env, name)
+            return AgentEnv(env, name, max_episode_steps)
         if is_sf_multi_agent(env):  # ... or one of Sample Factory's (appo/envs/sf_agents.py)
-            return AgentEnv(SfAgents(env, name), name)
+            return AgentEnv(SfAgents(env, name), name, max_episode_steps)
     else:
         try:
             # The passive env checker costs time on every step; envs are checked by tests instead.

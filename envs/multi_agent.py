@@ -9,6 +9,8 @@ each (appo/sampling/agent_split.py). Per step it takes one action per row and re
   leave early (terminated or truncated while others play on) and agents that have not joined yet are inactive:
   their rows get reward 0, a zero observation, and their steps are masked out of training (`valid`).
 - the game is over once no agent is left (`agents` empty, or every agent ended at this step): the caller resets it.
+- `max_episode_steps` > 0 (--max_episode_steps, for envs given as module:Class) truncates every agent still in
+  the game at that step of the game.
 
 Every agent must have the same observation and action spaces: one policy (or population) then serves every row,
 which self-play needs (agents with different spaces are refused with a one-line error naming them; give such an
@@ -48,8 +50,10 @@ class AgentEnv:
 
     is_multi_agent = True
 
-    def __init__(self, env: Any, name: str = "") -> None:
+    def __init__(self, env: Any, name: str = "", max_episode_steps: int = 0) -> None:
         self.env, self.name = env, name
+        self.max_episode_steps, self.steps = int(max_episode_steps), 0
+        self.games_started = 0  # resets so far: which agent a policy plays against a scripted opponent
         self.agents = list(env.possible_agents)
         self.num_agents = len(self.agents)
         if not self.agents:
@@ -66,6 +70,7 @@ class AgentEnv:
         if isinstance(self.raw_obs_space, gym.spaces.Dict):
             raise AgentEnvError(f"--env={name}: Dict observations are supported for single-agent envs only")
         self.one_hot = isinstance(self.raw_obs_space, gym.spaces.Discrete)
+        self.first_value = int(self.raw_obs_space.start) if self.one_hot else 0  # Discrete(n, start): start..start+n-1
         if self.one_hot:
             self.observation_space: gym.Space = gym.spaces.Box(0.0, 1.0, (int(self.raw_obs_space.n),), np.float32)
         else:
@@ -86,7 +91,7 @@ class AgentEnv:
         for agent, value in obs.items():
             i = self._row_of(agent)
             if self.one_hot:
-                out[i, int(value)] = 1.0
+                out[i, int(value) - self.first_value] = 1.0
             else:
                 out[i] = value
             active[i] = True
@@ -116,6 +121,8 @@ class AgentEnv:
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Start a game: the observation of every row (zeros for absent agents) and which rows are active."""
         obs, _ = self.env.reset(seed=seed, options=options)
+        self.steps = 0
+        self.games_started += 1
         active = np.zeros(self.num_agents, dtype=bool)
         rows = self._obs_rows(obs, active)
         return rows, active & self.live()
@@ -143,6 +150,9 @@ class AgentEnv:
                 raise AgentEnvError(f"--env={self.name}: agent {agent!r} got a non-finite reward {value}")
             i = self.row[agent]
             r[i], term[i], trunc[i] = value, bool(terms[agent]), bool(truncs[agent])
+        self.steps += 1
+        if 0 < self.max_episode_steps <= self.steps:  # the time limit ends every agent still in the game
+            trunc |= active & ~term
         after = np.zeros(k, dtype=bool)
         rows = self._obs_rows(obs, after)
         after &= self.live() & ~(term | trunc)
@@ -173,8 +183,9 @@ def _action_value(action: np.ndarray) -> Any:
 # For evaluations, enjoy.py and `load_policy(...).evaluate`: what the evaluator's `run_episode` does for single-agent
 # envs. Where the env brings a scripted opponent (`scripted_policy(obs) -> action`: paddle_duel's tracker), the policy
 # plays one agent against it, the agent's row alternating with the game's seed (the first agent in even games, the
-# second in odd ones), and the game's return is that agent's: a win-rate-like figure a user can read. Otherwise the
-# policy plays every agent (self-play, or a cooperative team) and the return is the mean over the agents that played.
+# second in odd ones; without a seed, with the games the env has started), and the game's return is that agent's: a
+# win-rate-like figure a user can read. Otherwise the policy plays every agent (self-play, or a cooperative team)
+# and the return is the mean over the agents that played.
 
 
 def run_game(
@@ -190,7 +201,7 @@ def run_game(
     policy_rows = np.ones(k, dtype=bool)
     if opponent is not None:
         policy_rows[:] = False
-        policy_rows[(seed or 0) % k] = True
+        policy_rows[(env.games_started if seed is None else seed) % k] = True
     obs, active = env.reset(seed=seed)
     if on_frame is not None:
         on_frame()

@@ -72,15 +72,20 @@ class SnapshotPool:
 
     def load_state_dict(self, state: dict[str, Any], template: nn.Module) -> int:
         """Refill the stores (and the control table) from a checkpoint's pool; `template` a model to load into.
-        Returns the snapshots restored."""
+        A slot empty in the saved pool is emptied here (a PBT copy takes the source's pool whole, not mixed with
+        the target's own past selves). Returns the snapshots restored."""
         filled = 0
         self.added = int(state.get("added", 0))
-        for slot, (saved, version) in enumerate(zip(state.get("states", []), state.get("versions", []), strict=True)):
-            if saved is None or slot >= len(self.stores):
-                continue
-            template.load_state_dict(saved)
-            self.stores[slot].publish(template, int(version))
+        saved_slots = list(zip(state.get("states", []), state.get("versions", []), strict=True))
+        for slot, store in enumerate(self.stores):
+            saved, version = saved_slots[slot] if slot < len(saved_slots) else (None, 0)
+            if saved is None:
+                store.version[0] = 0  # empty: actor workers draw no snapshot whose table entry is 0
+                version = 0
+            else:
+                template.load_state_dict(saved)
+                store.publish(template, int(version))
+                filled += 1
             if self.versions is not None:
                 self.versions[self.policy_id, slot] = int(version)
-            filled += 1
         return filled

@@ -15,12 +15,13 @@ one game); a row whose next policy differs changes at the rollout's end, where i
 limit and reset (appo/sampling/env_runner.py `_finish_rollout`).
 
 Self-play against past selves (--selfplay_pool, appo/learning/snapshot_pool.py): at each game's start, with
-probability --selfplay_pool_prob (once the pool holds a snapshot), one agent of the game, drawn uniformly, plays its
-row's policy and every other agent a snapshot of that policy drawn uniformly from its pool. A snapshot's row is an
-opponent, not a learner: its weight set acts (`slot_policy`, switched at the game's start, even mid-rollout), its
-steps are `valid` 0 and carry the learner rows' version (they must not count as policy lag), and its episodes are
-not reported. The learner's episode in such a game is reported as usual and as a game against the pool
-(selfplay/pool_* summaries)."""
+probability --selfplay_pool_prob (once the pool holds a snapshot), one agent of the game, drawn uniformly among those
+in it from its start, plays its row's policy (the policy of the rollout that plays the game) and every other agent a
+snapshot of that policy drawn uniformly from its pool. A snapshot's row is an opponent, not a learner: its weight set
+acts (`slot_policy`, switched at the game's start, even mid-rollout), its steps are `valid` 0 and carry the newest
+version of the row's own policy (whose learner gets the row: they must not count as policy lag, nor make the row's
+trajectory stale), and its episodes are not reported. The learner's episode in such a game is reported as usual and
+as a game against the pool (selfplay/pool_* summaries)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ class AgentEnvRunner(EnvRunner):
         self.opponent = np.full(self.num_envs, FREE, dtype=np.int64)  # a snapshot's weight set acting for the row
         self.step_opponent = self.opponent.copy()  # ... as it was when the current step began
         self.pool_versions = self.control.get("snapshot_versions") if self.control is not None else None
+        # The newest version of each policy its learner rows here acted with: what a snapshot's step carries.
+        self.latest_version = np.zeros(self.cfg.num_policies, dtype=np.int64)
 
     def _make_envs(self) -> list[Any]:
         self.games = [self._make_game(g) for g in range(self.num_games)]
@@ -72,22 +75,26 @@ class AgentEnvRunner(EnvRunner):
     def _rows(self, g: int) -> slice:
         return slice(g * self.k, (g + 1) * self.k)
 
-    def _reset_game(self, g: int, seed: int | None = None) -> np.ndarray:
-        """Start game `g`: its rows' first observations (zeros for agents not in it) and which rows act."""
+    def _reset_game(self, g: int, seed: int | None = None, policies: np.ndarray | None = None) -> np.ndarray:
+        """Start game `g`: its rows' first observations (zeros for agents not in it) and which rows act.
+        `policies`: each row's policy in the new game (default: the policies of the rollout under way)."""
         self.games[g].check_spaces()  # a contract error (AgentEnvError) names the agent
         obs, active = self.games[g].reset(seed=seed)
         self.active[self._rows(g)] = active
         if self.pool_versions is not None:
-            self._draw_opponents(g)
+            self._draw_opponents(g, self.env_policy if policies is None else policies)
         return _zero_inactive(obs, active).astype(self.obs_dtype)
 
-    def _draw_opponents(self, g: int) -> None:
-        """Whether game `g` is played against the pool, and with which snapshots (see the module docstring)."""
+    def _draw_opponents(self, g: int, policies: np.ndarray) -> None:
+        """Whether game `g` is played against the pool, and with which snapshots (see the module docstring). The
+        learner is one of the agents in the game from its start (any agent where none is yet)."""
         rows = self._rows(g)
         self.opponent[rows] = FREE
         if self.rng.random() < self.cfg.selfplay_pool_prob:
-            learner = g * self.k + int(self.rng.integers(self.k))
-            policy = int(self.env_policy[learner])
+            present = np.flatnonzero(self.active[rows])
+            candidates = present if len(present) else np.arange(self.k)
+            learner = g * self.k + int(self.rng.choice(candidates))
+            policy = int(policies[learner])
             filled = np.flatnonzero(np.asarray(self.pool_versions[policy]) > 0)
             if len(filled):
                 for i in range(rows.start, rows.stop):
@@ -121,9 +128,11 @@ class AgentEnvRunner(EnvRunner):
         self.acted = self.active.copy()
         self.step_opponent = self.opponent.copy()
         learning = self.step_opponent == FREE
-        if not learning.all() and learning.any():  # snapshots' steps: the learner rows' version, not theirs
-            versions = self.buf["policy_versions"][self.first : self.first + n, t]
-            versions[~learning] = versions[learning].max()
+        versions = self.buf["policy_versions"][self.first : self.first + n, t]  # a view of the buffer
+        np.maximum.at(self.latest_version, self.env_policy[learning], versions[learning])
+        if not learning.all():  # a snapshot's step: the newest version of the row's policy (whose learner gets it)
+            latest = self.latest_version[self.env_policy[~learning]]
+            versions[~learning] = np.where(latest > 0, latest, versions[~learning])
         failed: list[int] = []
         obs_out = self.buf["obs"]
         for g, game in enumerate(self.games):
@@ -214,7 +223,7 @@ class AgentEnvRunner(EnvRunner):
                 if self.final_obs is not None:
                     self.final_obs[slot, T - 1] = self.buf["obs"][slot, T]
         self.episode_count[rows] += 1
-        self.fresh[g] = self.next_obs[rows] = self._reset_game(g)
+        self.fresh[g] = self.next_obs[rows] = self._reset_game(g, policies=self.next_policy)  # the next rollout's
         self.next_rnn[rows] = 0.0
         self.ep_returns[rows] = 0.0
         self.ep_lengths[rows] = 0

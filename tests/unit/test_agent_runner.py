@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
-from appo.envs.multi_agent import AgentEnv, AgentEnvError
+from appo.envs import make_env
+from appo.envs.multi_agent import AgentEnv, AgentEnvError, run_game
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.sampling.agent_split import AgentEnvRunner
@@ -264,3 +266,57 @@ def test_a_population_mixes_policies_in_a_game_and_cuts_the_game_where_a_row_cha
         for m in ready:
             requests += runner.on_slots_released(m.group_idx, m.policy_id, m.incarnation)
     assert mixed_games > 0 and cuts > 0
+
+
+def test_max_episode_steps_truncates_every_agent_still_in_a_class_path_game() -> None:
+    """--max_episode_steps for a Parallel env given as module:Class: every agent in the game is truncated there."""
+    env = make_env("tests.support.agent_games:LeaveJoinGame", max_episode_steps=3)
+    assert isinstance(env, AgentEnv)
+    for game in range(2):
+        _, active = env.reset(seed=game)
+        for step in range(3):
+            _, _, term, trunc, active, over, _ = env.step(np.array([1, 2, 0]), active)
+            assert over == (step == 2), (game, step)
+        # at step 3 "a" terminates by the game's own rules; "b" and "c" (joined) are cut by the limit
+        assert (term | trunc).tolist() == [True, True, True] and trunc[1:].all(), (term, trunc)
+
+
+class DiscreteFromOne:
+    """Two agents whose observations are Discrete(3, start=1): the values 1, 2, 3."""
+
+    possible_agents = ["x", "y"]
+
+    def __init__(self) -> None:
+        self.agents: list[str] = []
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(3, start=1)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return {"x": 1, "y": 3}, {"x": {}, "y": {}}
+
+    def step(self, actions):
+        self.agents = []
+        zero = {a: 0.0 for a in actions}
+        return {"x": 2, "y": 1}, zero, {a: True for a in actions}, {a: False for a in actions}, {a: {} for a in actions}
+
+
+def test_a_discrete_observation_space_starting_above_zero_is_one_hot_from_its_start() -> None:
+    env = AgentEnv(DiscreteFromOne(), "discrete_from_one")
+    assert env.observation_space.shape == (3,)
+    obs, active = env.reset(seed=0)
+    np.testing.assert_array_equal(obs, [[1, 0, 0], [0, 0, 1]])
+    obs, *_ = env.step(np.zeros(2, dtype=np.int64), active)
+    np.testing.assert_array_equal(obs, [[0, 1, 0], [1, 0, 0]])
+
+
+def test_games_against_a_scripted_opponent_alternate_sides_with_or_without_seeds() -> None:
+    env = make_env("paddle_duel", max_episode_steps=20)
+    act = lambda obs, reset: np.zeros(len(obs), dtype=np.int64)  # noqa: E731
+    assert [run_game(env, act, seed)[2]["policy_row"] for seed in (10, 11, 12)] == [0, 1, 0]
+    unseeded = [run_game(env, act, None)[2]["policy_row"] for _ in range(4)]  # as enjoy.py's games after the first
+    assert sorted(unseeded) == [0, 0, 1, 1] and unseeded[0] != unseeded[1], unseeded

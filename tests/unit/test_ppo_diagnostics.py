@@ -80,3 +80,37 @@ def test_gaussian_policies_report_their_std():
     params, stats = gaussian_update()
     assert stats["std"] == pytest.approx(float(params["log_std"].exp().mean()), rel=1e-6)
     assert stats["std"] != pytest.approx(float(np.exp(-0.5)), rel=1e-9)  # the update moved it
+
+
+@pytest.mark.parametrize("with_vtrace", [False, True])
+def test_normalisers_learn_from_the_valid_steps_only(with_vtrace: bool):
+    """Multi-agent batches mark steps no learner took (agents out of the game, with zero observations; a self-play
+    pool's snapshots) `valid` 0: the observation and return normalisers must not see them either."""
+    torch.manual_seed(0)
+    cfg = small_cfg(env="Pendulum-v1", with_vtrace=with_vtrace, initial_log_std=-0.5)
+    model = make_model(cfg, *BOX)
+    ppo = PPO(cfg, derive(cfg), model, "cpu", guard=NonFiniteGuard(0))
+    N, T = 4, cfg.rollout
+    g = torch.Generator().manual_seed(1)
+    valid = torch.ones(N, T)
+    valid[2:] = 0.0  # two rows out of the game: zero observations, no reward
+    obs = 5.0 + torch.randn(N, T + 1, 3, generator=g)
+    obs[2:] = 0.0
+    b = {
+        "obs": obs,
+        "actions": torch.randn(N, T, 2, generator=g),
+        "values": torch.zeros(N, T),
+        "rewards": torch.randn(N, T, generator=g) * valid,
+        "dones": 1.0 - valid,
+        "truncated": torch.zeros(N, T),
+        "rnn_states": torch.zeros(N, T + 1, 1),
+        "valid": valid,
+    }
+    with torch.no_grad():
+        b["log_probs"] = model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], T).log_probs
+    ppo.update(b, 0)
+    norm = model.obs_normalizer
+    assert float(norm.count) == pytest.approx(2 * T, abs=1e-3)
+    torch.testing.assert_close(norm.mean.float(), obs[:2, :T].reshape(-1, 3).mean(0), atol=1e-4, rtol=0)
+    updates = cfg.num_epochs if with_vtrace else 1  # V-trace: every minibatch's targets; GAE: once per iteration
+    assert float(model.returns_normalizer.count) == pytest.approx(updates * 2 * T, abs=1e-3)

@@ -175,6 +175,23 @@ def test_a_spread_pool_keeps_its_first_snapshot_and_spaces_the_rest_over_the_run
 LEARNER_VERSION = 1000  # the learner's weights' version, as a policy worker writes it (plus the step)
 
 
+def test_a_pbt_copy_takes_the_source_s_pool_whole_with_its_empty_slots() -> None:
+    """A replaced policy loads its source's checkpoint, pool included: slots empty there are emptied here, not left
+    holding the target's own past selves beside the source's."""
+    cfg = Cfg(env="paddle_duel", selfplay_pool=POOL, selfplay_snapshot_every=EVERY)
+    source, _, _ = pool_of(cfg, policy_id=0)
+    source.after_publish(small_model(cfg, 11), 4 * EVERY)
+    target, _, table = pool_of(cfg, policy_id=0)
+    for version in (EVERY, 2 * EVERY, 3 * EVERY):  # a full pool of the target's own
+        target.after_publish(small_model(cfg, version), version)
+    assert table[0].tolist() == [EVERY, 2 * EVERY, 3 * EVERY]
+    assert target.load_state_dict(source.state_dict(), small_model(cfg, 3)) == 1
+    assert table[0].tolist() == [4 * EVERY, 0, 0] and [s.current_version() for s in target.stores] == [4 * EVERY, 0, 0]
+    assert target.state_dict()["states"][1:] == [None, None] and target.added == 1
+    target.after_publish(small_model(cfg, 5), 5 * EVERY)  # the next snapshot fills an empty slot
+    assert table[0].tolist() == [4 * EVERY, 5 * EVERY, 0]
+
+
 def pool_runner(prob: float, filled: list[int], games: int = 4, rollout: int = 8):
     """One split of paddle_duel games (2 agents each) on a run with a pool of POOL slots holding `filled`."""
     cfg = Cfg(

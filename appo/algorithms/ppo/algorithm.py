@@ -70,8 +70,9 @@ class PPO(Algorithm):
         N, T = b["rewards"].shape
         offset, n_global = self.ranks.layout(N)  # where this rank's trajectories sit in the whole batch
         lr = self._set_learning_rate(env_steps)
+        steps = b["valid"] > 0 if "valid" in b else None  # [N, T]: steps of agents in the game, learners' only
         if model.obs_normalizer is not None:
-            self._update_normalizer(model.obs_normalizer, model.normalizer_input(b["obs"][:, :T]))
+            self._update_normalizer(model.obs_normalizer, _only(model.normalizer_input(b["obs"][:, :T]), steps))
         is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
         adv_all = ret_all = None
         values, old_dist = self._before_updates(b, not cfg.with_vtrace, cfg.kl_loss_coeff > 0)
@@ -79,7 +80,7 @@ class PPO(Algorithm):
             # GAE: targets once per iteration, from the weights before this iteration's updates.
             adv_all, ret_all = self._targets(b, values, None)
             if model.returns_normalizer is not None:
-                self._update_normalizer(model.returns_normalizer, ret_all)
+                self._update_normalizer(model.returns_normalizer, _only(ret_all, steps))
         sums: dict[str, float] = {}
         count = 0
         probe: Tensor | None = None  # the first minibatch: where the KL is read before and after the update
@@ -344,7 +345,8 @@ class PPO(Algorithm):
             values_n = torch.cat([out.values.detach(), boot.unsqueeze(1)], dim=1)
             adv, targets = self._targets(sub, values_n, out.log_probs.detach() - old_log_probs)
             if self.model.returns_normalizer is not None:
-                self._update_normalizer(self.model.returns_normalizer, targets if part.n else targets[:0])
+                steps = b["valid"][idx] > 0 if "valid" in b else None
+                self._update_normalizer(self.model.returns_normalizer, _only(targets, steps) if part.n else targets[:0])
         else:
             adv, targets = adv_all[idx], ret_all[idx]
         old_values = b["values"][idx]
@@ -373,3 +375,9 @@ def update_finite(normalizer: Any, x: Tensor) -> None:
     """Running statistics take only finite data: one NaN would poison them (and every later value) for good."""
     if bool(torch.isfinite(x).all()):
         normalizer.update(x)
+
+
+def _only(x: Tensor, steps: Tensor | None) -> Tensor:
+    """The [N, T, ...] values of the steps a normaliser learns from (`steps` [N, T] bool; None: all of them):
+    not the zero observations of agents out of a game, nor the steps of a self-play pool's snapshots."""
+    return x if steps is None else x[steps]
