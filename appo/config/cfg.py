@@ -376,4 +376,23 @@ def read_saved_cfg(path: Path) -> dict[str, Any]:
             f"{path}: written by an incompatible appo version (unknown settings: {', '.join(unknown)}); "
             "pick another --experiment or remove those keys"
         )
+    defaults = Cfg()
+    for key, value in saved.items():
+        default = getattr(defaults, key)
+        if not _same_kind(value, default):
+            _usage_error(f"{path}: {key} is {value!r}, where it takes a value like {default!r}; fix or remove it")
     return saved
+
+
+def _same_kind(value: Any, default: Any) -> bool:
+    """Whether a cfg.json value can stand for a setting whose default is `default` (a JSON number for a float, a
+    list for a tuple; None where the default is None)."""
+    if default is None or value is None:
+        return default is None or value is None
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))

@@ -40,18 +40,22 @@ def restore_windows(stats: Stats, exp_dir: Path) -> None:
     checkpoint) starts with empty windows. An unreadable file is logged and ignored: it never stops a run."""
     from appo.learning.checkpoint import list_checkpoints  # torch: only where the driver already has it
 
+    resuming = [bool(list_checkpoints(checkpoint_dir(exp_dir, pid))) for pid in range(len(stats.policies))]
+    for p, resumed in zip(stats.policies, resuming, strict=True):
+        p.resumed = resumed
     path = exp_dir / WINDOW_FILE
     if not path.exists():
         return
     try:
         state = json.loads(path.read_text())
-        for pid, (p, saved) in enumerate(zip(stats.policies, state, strict=False)):
-            if list_checkpoints(checkpoint_dir(exp_dir, pid)):
+        for p, saved, resumed in zip(stats.policies, state, resuming, strict=False):
+            if resumed:
                 _load(p, saved)
     except (ValueError, KeyError, TypeError) as exc:
         log.warning("%s: not read (%s); the episode statistics start afresh", path, exc)
         for pid in range(len(stats.policies)):
             stats.policies[pid] = PolicyStats()
+            stats.policies[pid].resumed = resuming[pid]
 
 
 def _load(p: PolicyStats, saved: dict[str, Any]) -> None:
@@ -64,4 +68,3 @@ def _load(p: PolicyStats, saved: dict[str, Any]) -> None:
     p.objectives = window(saved.get("objectives", []))
     p.pool_returns = window(saved.get("pool_returns", []))
     p.by_agent = {str(k): window(v) for k, v in saved.get("by_agent", {}).items()}
-    p.resumed = True

@@ -45,7 +45,7 @@ def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> tuple[int, int] | No
     """On resume, the newest readable checkpoint of every policy must fit this cfg's model; otherwise exit 2
     before anything starts (a learner failing later would leave a half-started run). Returns the fewest env steps
     and versions among those checkpoints, or None while some policy has none."""
-    from appo.learning.checkpoint import load_latest
+    from appo.learning.checkpoint import list_checkpoints, load_latest
 
     try:
         template = make_model(cfg, *spaces)
@@ -54,8 +54,17 @@ def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> tuple[int, int] | No
         raise SystemExit(2) from None
     counters: list[tuple[int, int]] = []
     for policy_id in range(cfg.num_policies):
-        loaded = load_latest(checkpoint_dir(experiment_dir(cfg), policy_id))
+        ckpt_dir = checkpoint_dir(experiment_dir(cfg), policy_id)
+        loaded = load_latest(ckpt_dir)
         if loaded is None:
+            files = list_checkpoints(ckpt_dir)
+            if files:  # starting afresh would overwrite the run's history: its best checkpoint, its old ones
+                print(
+                    f"error: {ckpt_dir}: none of its {len(files)} checkpoints loads (newest {files[-1].name}); "
+                    f"restore them, or move them away to start policy {policy_id} afresh",
+                    file=sys.stderr,
+                )
+                raise SystemExit(2) from None
             continue
         state, path = loaded
         if "env_steps" in state and "version" in state:
@@ -137,7 +146,14 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
     check_shared_memory(cfg, spaces, derive(cfg, agents, multi_agent))
     spent, resumed_steps = spent_at_resume(cfg, spaces)
     exp_dir = experiment_dir(cfg)
-    exp_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        exp_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission, a read-only disk
+        print(
+            f"error: --train_dir={cfg.train_dir}: cannot make the run folder {exp_dir} ({exc.strerror})",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
     hold_run_dir(exp_dir)  # one driver per run directory (appo/driver/run_lock.py): released as run() returns
     for stale in stale_temporary_files(exp_dir):  # a killed run's interrupted writes: no process writes them now
         stale.unlink(missing_ok=True)

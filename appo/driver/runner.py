@@ -86,6 +86,10 @@ class Driver:
             return []
         out = []
         for pid, p in enumerate(self.stats.policies):
+            if p.resumed and not p.reported:
+                continue  # the checkpoint's env steps are not known yet (and its weights were evaluated before)
+            if p.resumed and self.next_eval[pid] == self.eval_interval:  # the first due one after the checkpoint's
+                self.next_eval[pid] = (p.env_steps // self.eval_interval + 1) * self.eval_interval
             if self.eval_pending[pid] or not (force or p.env_steps >= self.next_eval[pid]):
                 continue
             last = p.last_eval

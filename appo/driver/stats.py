@@ -29,7 +29,7 @@ class PolicyStats:
         self.env_steps = 0
         self.version = 0
         self.reported = False  # a learner's report has come: env_steps is its count (a resumed run's included)
-        self.resumed = False  # the episode windows are a resumed run's (appo/driver/episode_window.py)
+        self.resumed = False  # the policy resumes from a checkpoint (appo/driver/episode_window.py)
         self.train: dict[str, float] = {}
         self.episodes = 0
         # Task envs: returns by episode index within a trial, and trial returns by task bucket.
@@ -199,15 +199,17 @@ class SummaryWriters:
         fps = stats.fps(FPS_WINDOWS[0])
         for writer, p in zip(self.writers, stats.policies, strict=True):
             step = p.env_steps
-            # A resumed run's windows from the learner's first report on: at its checkpoint's env steps, not at 0.
-            if p.reported or not p.resumed:
-                self.write_episodes(writer, p, step)
             for report in p.unwritten_evals:  # two can arrive between writes (the last one, forced at shutdown)
                 self.write_eval(writer, report)
             p.unwritten_evals.clear()
             for event_step, tag, value in p.unwritten_events:
                 writer.add_scalar(tag, value, event_step)
             p.unwritten_events.clear()
+            # A resumed run's rows from the learner's first report on: at its checkpoint's env steps, not at 0.
+            if p.resumed and not p.reported:
+                writer.flush()
+                continue
+            self.write_episodes(writer, p, step)
             if not math.isnan(fps):
                 writer.add_scalar("perf/fps", fps, step)
             for key, value in p.train.items():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,16 @@ def find_best(ckpt_dir: Path) -> Path | None:
     """Path of the best checkpoint in ``ckpt_dir`` (the newest if a crash left several), or None."""
     best = _list_best(Path(ckpt_dir))
     return best[-1] if best else None
+
+
+def best_metric(ckpt_dir: Path) -> float:
+    """The score of the best checkpoint in ``ckpt_dir`` (as its name holds it), -inf where there is none."""
+    best = find_best(ckpt_dir)
+    match = _BEST_RE.match(best.name) if best is not None else None
+    try:
+        return float(match.group(3)) if match is not None else -math.inf
+    except ValueError:
+        return -math.inf
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import random
 import sys
 import time
 from collections import deque
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 from appo.algorithms.base import Algorithm, NonFiniteGuard
@@ -27,6 +25,7 @@ from appo.config.derive import Derived, budget_fraction
 from appo.config.pbt import initial_hparams, policy_hparams
 from appo.learning.batcher import Batch, Batcher, within_lag
 from appo.learning.checkpoint import (
+    best_metric,
     load_checkpoint,
     load_latest,
     load_replay,
@@ -36,6 +35,7 @@ from appo.learning.checkpoint import (
     save_snapshot,
 )
 from appo.learning.distributed import RankLink, state_digest
+from appo.learning.resume_state import random_states, resumed_hparams, set_random_states
 from appo.learning.snapshot_pool import SnapshotPool
 from appo.models.registry import make_model
 from appo.protocol.messages import (
@@ -90,7 +90,8 @@ class Learner:
             self.algorithm.replay = replay_factory(cfg.replay_size, device)  # type: ignore[attr-defined]
         # This policy's own values of the hyperparameters PBT may change; self.cfg always carries them.
         self.hparams: dict[str, float] = {}
-        self.set_hparams(initial_hparams(cfg) | policy_hparams(cfg).get(policy_id, {}))
+        self.flag_hparams = initial_hparams(cfg) | policy_hparams(cfg).get(policy_id, {})  # as the flags give them
+        self.set_hparams(dict(self.flag_hparams))
         self.pbt_ops: deque[Any] = deque()  # filled by the receiving thread, applied by the training one
         if spec.consumes not in ("fresh", "replay"):
             raise ValueError(f"--algo={cfg.algo}: consumes {spec.consumes!r} data, which no feeder serves")
@@ -144,9 +145,12 @@ class Learner:
             state, path = loaded
             self._load_state(state)
             self.version, self.env_steps = int(state["version"]), int(state["env_steps"])
-            self.best_return = float(state.get("best_return", -math.inf))
-            if "hparams" in state:
-                self.set_hparams(state["hparams"])
+            # A best checkpoint saved after this one (the run was killed before its next save) still counts.
+            self.best_return = max(float(state.get("best_return", -math.inf)), best_metric(self.ckpt_dir))
+            hparams, overridden = resumed_hparams(state, self.flag_hparams)
+            self.set_hparams(hparams)
+            if overridden:
+                log.info("learner %d: %s as the command line gives them", self.policy_id, ", ".join(overridden))
             if "random_states" in state:
                 set_random_states(state["random_states"])
             replay = load_replay(self.ckpt_dir, self.device, self.policy_id, path, self.version, self.env_steps)
@@ -209,6 +213,7 @@ class Learner:
             "best_return": self.best_return,
             "policy_id": self.policy_id,
             "hparams": dict(self.hparams),
+            "flag_hparams": dict(self.flag_hparams),
             "algo": self.cfg.algo,
             "random_states": random_states(),
         } | ({"snapshot_pool": self.pool.state_dict()} if self.pool.stores else {})
@@ -372,20 +377,3 @@ class Learner:
             self.dropped += int((~keep).sum())
             tensors = {k: v[keep] for k, v in tensors.items()}
         return tensors, (self.version - tensors["policy_versions"]).flatten()
-
-
-def random_states() -> dict[str, Any]:
-    """The process's random generators (torch, numpy's global, Python's), so a resumed run goes on as if it had
-    not stopped (minibatch shuffles, action noise drawn by torch)."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    # Plain lists and tensors only: checkpoints are read back with torch.load(weights_only=True).
-    numpy_state = [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]
-    return {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
-
-
-def set_random_states(states: dict[str, Any]) -> None:
-    torch.set_rng_state(states["torch"].cpu())
-    name, keys, pos, has_gauss, gauss = states["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    version, internal, gauss_next = states["python"]
-    random.setstate((version, tuple(internal), gauss_next))

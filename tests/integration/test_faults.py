@@ -320,3 +320,19 @@ def test_checkpoint_that_does_not_fit_the_model_is_refused_before_starting(train
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == 1 and "does not fit the model of this cfg" in lines[0] and "size mismatch" in lines[0]
     assert (train_dir / "fit" / "cfg.json").read_text() == cfg_before  # nothing on disk touched
+
+
+def test_a_run_whose_checkpoints_all_fail_to_load_is_refused_not_restarted(train_dir):
+    """Starting afresh would overwrite the best checkpoint with a fresh policy's and prune the old ones as the new
+    versions pass them: the rerun stops with one line naming the folder, and every file stays as it was."""
+    args = [*FAST, f"--train_dir={train_dir}", "--experiment=unreadable", "--train_for_env_steps=5000"]
+    run_script("train_appo.py", args, check=True)
+    ckpt_dir = train_dir / "unreadable" / "checkpoint_p0"
+    for path in list_checkpoints(ckpt_dir):
+        path.write_bytes(path.read_bytes()[:1000])  # truncated, as a full disk leaves them
+    before = {p.name: p.read_bytes() for p in ckpt_dir.iterdir()}
+    result = run_script("train_appo.py", [*args[:-1], "--train_for_env_steps=10000"])
+    assert result.returncode == 2, result.stdout[-2000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and str(ckpt_dir) in lines[0] and "none of its" in lines[0], result.stdout[-2000:]
+    assert {p.name: p.read_bytes() for p in ckpt_dir.iterdir()} == before

@@ -57,9 +57,11 @@ def test_run_leaves_everything_and_resumes(train_dir):
     assert max(e.step for e in acc.Scalars("perf/fps")) >= 10000  # x-axis is env steps
     first_counts = [e.value for e in acc.Scalars("episode/count")]
     first_fps = [e.value for e in acc.Scalars("perf/fps")]
+    first_versions = len(acc.Scalars("train/version"))
 
-    # The same command with a larger budget continues from the checkpoint instead of starting over.
-    run_script("train_appo.py", [*args, "--train_for_env_steps=40000"], check=True)
+    # The same command with a larger budget continues from the checkpoint instead of starting over (evaluating
+    # every 8,000 steps from here on: the next multiple past the checkpoint first, not the checkpoint's weights again).
+    run_script("train_appo.py", [*args, "--train_for_env_steps=40000", "--eval_interval=8000"], check=True)
     log_text = (exp / "log.txt").read_text()
     assert f"resumed from {ckpts[-1]}" in log_text
     resumed = torch.load(list_checkpoints(exp / "checkpoint_p0")[-1], weights_only=True)
@@ -76,6 +78,13 @@ def test_run_leaves_everything_and_resumes(train_dir):
         [e.value for e in later[:3]],
     )
     assert max(e.value for e in acc.Scalars("perf/fps")) < 20 * max(first_fps)
+    # Every row of the resumed session sits at or past the checkpoint's env steps: none at 0 before the learner's
+    # first report (a curve that jumps back to the origin).
+    for tag in ("train/version", "stats/worker_restarts"):
+        steps = [e.step for e in acc.Scalars(tag)][first_versions:]
+        assert steps and min(steps) >= state["env_steps"], (tag, steps[:3])
+    evals = [e.step for e in acc.Scalars("eval/return_mean")]
+    assert evals and min(evals) > state["env_steps"] and len(set(evals)) == len(evals), (state["env_steps"], evals)
     # The resumed actors act with the checkpoint's weights from their first step (the run's stores are filled from
     # it before any process starts), not with fresh ones until the learner has published: no trajectory is
     # trained on (or dropped) as the checkpoint's number of versions stale.

@@ -94,6 +94,14 @@ def test_bad_flag_exits_2_with_one_line(tmp_path, args, fragment):
     assert not (tmp_path / "default").exists(), "nothing may be written for a rejected cfg"
 
 
+def test_a_train_dir_that_is_a_file_exits_2_naming_the_flag(tmp_path):
+    (tmp_path / "afile").write_text("")
+    argv = [sys.executable, "train_appo.py", "--env=CartPole-v1", f"--train_dir={tmp_path / 'afile'}", "--experiment=x"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+    assert f"--train_dir={tmp_path / 'afile'}: cannot make the run folder" in proc.stderr
+
+
 def test_unknown_flag_exits_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "train_appo.py", "--nmu_workers=3"], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -106,6 +114,9 @@ def test_unknown_flag_exits_2(tmp_path):
     [
         ("{not json", "unreadable saved config"),
         ('{"env": "CartPole-v1", "warp_drive": 1}', "unknown settings: warp_drive"),
+        ('{"env": "CartPole-v1", "num_workers": "2"}', "num_workers is '2', where it takes a value like"),
+        ('{"env": "CartPole-v1", "encoder_mlp_layers": 64}', "encoder_mlp_layers is 64, where it takes a value like"),
+        ('{"env": "CartPole-v1", "use_rnn": 1}', "use_rnn is 1, where it takes a value like False"),
     ],
 )
 def test_bad_saved_cfg_json_exits_2_and_is_left_alone(tmp_path, content, fragment):
