@@ -98,7 +98,15 @@ class TrainerThread:
             except queue.Empty:
                 return
 
-    def stop(self, queues: Queues) -> None:
+    def stop(self, queues: Queues, drop_queued: bool = False) -> None:
+        """End the thread after the iteration it trains now. `drop_queued`: a batch handed over but not started is
+        not trained (the run is over; after a signal the learner's stop budget must hold the iteration under way
+        and the final save, not a second iteration: a conv learner on a CPU takes seconds for one)."""
+        if drop_queued:
+            try:
+                self.batches.get_nowait()
+            except queue.Empty:
+                pass
         while self.thread.is_alive():  # a dead trainer would never make room for the None
             try:
                 self.batches.put(None, timeout=0.1)
@@ -141,7 +149,7 @@ def learner_loop(learner: Learner, queues: Queues, link: RankLink | None = None)
             if trainer.failure:
                 raise explained(trainer.failure[0], learner, link)
     finally:
-        trainer.stop(queues)
+        trainer.stop(queues, drop_queued=link is None)  # (ranks train every shard rank 0 sent them: in step)
     if trainer.failure:
         raise explained(trainer.failure[0], learner, link)
     if not learner.ranks.is_distributed:
