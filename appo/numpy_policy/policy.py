@@ -164,7 +164,8 @@ class Policy:
         return returns
 
     def _evaluate_games(self, env: Any, episodes: int, seed: int | None, own: bool) -> list[float]:
-        """`evaluate` for a multi-agent env (appo/envs/multi_agent.py run_game): game i reset with `seed` + i."""
+        """`evaluate` for a multi-agent env (appo/envs/multi_agent.py run_game), as enjoy.py plays its games: the
+        first reset with `seed`, later ones continuing the env's generator."""
         from appo.envs.multi_agent import run_game
 
         first = self.meta["cfg"]["seed"] if seed is None else seed
@@ -180,7 +181,7 @@ class Policy:
             return np.asarray(actions).reshape(len(obs), -1)
 
         try:
-            return [run_game(env, act, first + i)[0] for i in range(episodes)]
+            return [run_game(env, act, first if i == 0 else None)[0] for i in range(episodes)]
         finally:
             if own:
                 env.close()

@@ -7,7 +7,8 @@ deterministically unless `--stochastic`. Each episode's return and length go to 
 Rendering: a window (`render_mode=human`, needs a display), an mp4 under train_dir/NAME/videos/
 (`--save_video`, offscreen `rgb_array` frames written with imageio's ffmpeg plugin), or none (`--no_render`).
 The video holds the reset frame of every episode plus one frame per step, so an episode of length L gives
-L + 1 frames.
+L + 1 frames (within a trial of several episodes the env starts the next episode inside the step that ends one:
+L frames for each episode of a trial but its first).
 
 Task envs (runs with a --task_schedule): the env is built exactly as in training (envs.make_run_env), over
 the run's held-out test split; each engine episode is a trial of as many episodes on one task as training
@@ -260,8 +261,11 @@ def print_summary(returns: list[float], episodes_per_trial: int) -> None:
     values = np.array(returns)
     print(f"mean return {values.mean():.1f} ± {values.std():.1f} over {len(values)} episodes", flush=True)
     if episodes_per_trial > 1 and len(values) >= episodes_per_trial:
-        # The adaptation curve: how the return changes with the episode's position within its trial.
+        # A trial's return (its episodes' sum) is what training reports as episode/return_mean for task envs.
         whole = values[: len(values) // episodes_per_trial * episodes_per_trial].reshape(-1, episodes_per_trial)
+        trials = whole.sum(axis=1)
+        print(f"mean trial return {trials.mean():.1f} ± {trials.std():.1f} over {len(trials)} trials", flush=True)
+        # The adaptation curve: how the return changes with the episode's position within its trial.
         by_position = ", ".join(f"{v:.1f}" for v in whole.mean(axis=0))
         print(f"mean return by episode within trial: {by_position}", flush=True)
 

@@ -131,5 +131,9 @@ def test_meta_test_writes_adaptation_curve(train_dir):
         check=True,
     ).stdout
     assert len(re.findall(r"^trial \d+: task", out, re.M)) == 2
-    assert len(re.findall(r"^episode \d+: return", out, re.M)) == 4
+    episodes = [float(r) for r in re.findall(r"^episode \d+: return (-?[\d.]+)", out, re.M)]
+    assert len(episodes) == 4
     assert "mean return by episode within trial" in out
+    # The trial's return, as training reports it (episode/return_mean of a task env): its episodes' sum.
+    trial_mean = re.search(r"^mean trial return (-?[\d.]+) ± [\d.]+ over 2 trials$", out, re.M)
+    assert trial_mean and float(trial_mean.group(1)) == pytest.approx(sum(episodes) / 2, abs=0.11), out[-1000:]

@@ -15,6 +15,7 @@ import imageio.v2 as imageio
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import appo
 from appo.learning.checkpoint import list_checkpoints
 from tests.conftest import run_script
 from tests.support.ray_cluster import RayWatch, needs_ray
@@ -122,6 +123,17 @@ def test_enjoy_plays_paddle_duel_against_the_tracker_into_an_mp4(duel: Path) -> 
     # Each game: the frame after its reset, then one per step.
     assert len(shapes) == sum(int(n) + 1 for _, _, n in episodes), (len(shapes), episodes)
     assert len(set(shapes)) == 1 and shapes[0][2] == 3
+
+
+def test_load_policy_evaluates_the_games_enjoy_plays(duel: Path) -> None:
+    """`appo.load_policy(run).evaluate` plays the games enjoy.py plays: the first seeded with the run's seed, the
+    next ones going on from the env's generator, the sides alternating."""
+    args = [f"--train_dir={duel.parent}", f"--experiment={duel.name}", "--no_render", "--max_num_episodes=6"]
+    result = run_script("enjoy.py", args, timeout=60)
+    assert result.returncode == 0, result.stdout[-3000:]
+    enjoyed = [float(r) for _, r, _ in EPISODE_RE.findall(result.stdout)]
+    assert len(enjoyed) == 6
+    assert appo.load_policy(duel).evaluate(episodes=6) == enjoyed
 
 
 def test_a_population_of_two_mixes_in_one_game_and_both_policies_train(train_dir: Path) -> None:
