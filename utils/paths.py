@@ -49,11 +49,42 @@ def best_policy_path(exp_dir: Path) -> Path:
 
 
 def read_best_policy(exp_dir: Path) -> int | None:
-    """The policy index best_policy.json names, or None when the run has no such file."""
+    """The policy index best_policy.json names, or None when the run has no such file; ValueError (one line naming
+    the file) for a file that is not such a record."""
     path = best_policy_path(exp_dir)
     if not path.exists():
         return None
-    return int(json.loads(path.read_text())["policy_index"])
+    try:
+        index = json.loads(path.read_text())["policy_index"]
+        if isinstance(index, bool) or int(index) != index or index < 0:
+            raise ValueError(f"policy_index is {index!r}")
+        return int(index)
+    except (OSError, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+        detail = f"no {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        raise ValueError(f"{path}: unreadable ({type(exc).__name__}: {detail}); remove it or fix it") from None
+
+
+def budget_reached(exp_dir: Path) -> bool:
+    """Whether a run trained its whole budget: every policy's newest checkpoint holds its --train_for_env_steps, or
+    its --train_for_iterations (train/version), as cfg.json sets them. --train_for_seconds is one session's, so a
+    run stopped by it (or by a signal, or a crash) has training left. Read from file names: no torch needed."""
+    exp_dir = Path(exp_dir)
+    try:
+        cfg = json.loads(cfg_path(exp_dir).read_text())
+        env_budget = int(cfg.get("train_for_env_steps", 0))
+        iter_budget = int(cfg.get("train_for_iterations", 0) or 0)
+        policies = int(cfg.get("num_policies", 1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return False
+    for policy_id in range(max(policies, 1)):
+        ckpt_dir = checkpoint_dir(exp_dir, policy_id)
+        names = [n for p in (ckpt_dir.iterdir() if ckpt_dir.is_dir() else []) if (n := CHECKPOINT_RE.match(p.name))]
+        if not names:
+            return False
+        version, env_steps = max((int(m.group(1)), int(m.group(2))) for m in names)
+        if env_steps < env_budget and not (iter_budget > 0 and version >= iter_budget):
+            return False
+    return True
 
 
 # The temporary files of the run's atomic writes (write_text_atomic in the run's folder; checkpoints, PBT snapshots

@@ -5,8 +5,11 @@
 
 Each configuration is an ordinary `train_appo.py` run in `train_dir/<name>/<config>/` (the config's flags as its
 experiment name, e.g. `learning_rate=0.001,seed=0`), started as a subprocess with the flags after `--` plus the
-config's. A run that exits 0 gets `sweep_result.json` (its final return and curve) beside its cfg.json; running
-the same sweep again skips those and starts the others again (each resumes from its own checkpoints). At the end,
+config's (a list value as several values: `--actor_mlp_layers 32 32`; in the folder's name `actor_mlp_layers=32+32`,
+and any character unsafe in a file name as %XX: `env=ALE%2FPong-v5`). A run that exits 0 having trained its whole
+`--train_for_env_steps` (or `--train_for_iterations`) gets `sweep_result.json` (its final return and curve) beside
+its cfg.json; running the same sweep again skips those and starts the others again (each resumes from its own
+checkpoints), also a run that `--train_for_seconds` (a limit of each session) stopped early. At the end,
 `results.md` / `results.json` hold the final return (the last 100 episodes' average the run reported last) per
 configuration, mean and std over its seeds, and `curves.png` the return against env steps: the mean over seeds
 with a band from the lowest to the highest seed.
@@ -39,7 +42,7 @@ import numpy as np
 
 from appo.protocol.processes import stop_signals_unblocked
 from appo.tools.sweep_runs import TAG, LocalRuns, final_return
-from appo.utils.paths import write_text_atomic
+from appo.utils.paths import budget_reached, cfg_path, write_text_atomic
 
 RESULT_FILE = "sweep_result.json"
 
@@ -50,9 +53,30 @@ def configs(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
+def _safe(text: str) -> str:
+    """`text` with every character but letters, digits, `.`, `_` and `-` as %XX: a folder name that stays distinct
+    (`ALE/Pong-v5` -> `ALE%2FPong-v5`)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else f"%{ord(c):02X}" for c in str(text))
+
+
+def _value_name(value: Any) -> str:
+    """A grid value in a run's name: a list's items joined by `+` (as several values on the command line)."""
+    if isinstance(value, (list, tuple)):
+        return "+".join(_safe(v) for v in value)
+    return _safe(value)
+
+
 def config_name(config: dict[str, Any]) -> str:
-    """The run's experiment name: `key=value` pairs, sorted by key, joined by commas."""
-    return ",".join(f"{k}={config[k]}" for k in sorted(config))
+    """The run's experiment name: `key=value` pairs, sorted by key, joined by commas; characters that are not safe
+    in a file name as %XX, a list's values joined by `+` (e.g. `actor_mlp_layers=32+32,env=ALE%2FPong-v5`)."""
+    return ",".join(f"{_safe(k)}={_value_name(config[k])}" for k in sorted(config))
+
+
+def config_flags(config: dict[str, Any]) -> list[str]:
+    """A configuration's command-line flags: a list as several values (`--actor_mlp_layers 32 32`)."""
+    from appo.api import flags_to_argv
+
+    return flags_to_argv(config)
 
 
 def group_name(config: dict[str, Any]) -> str:
@@ -76,7 +100,7 @@ class Sweep:
 
     def start(self, config: dict[str, Any]) -> None:
         name = config_name(config)
-        flags = [f"--{k}={v}" for k, v in config.items()]
+        flags = config_flags(config)
         args = [*self.train_flags, f"--train_dir={self.dir.resolve()}", f"--experiment={name}", *flags]
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         self.runs.start(name, args, self.dir / name, self.dir / "logs" / f"{name}.txt")
@@ -90,6 +114,10 @@ class Sweep:
             say(f"failed {name}: {where} (rerun the sweep to resume)")
             if remote and remote.get("log_tail"):
                 print(remote["log_tail"], flush=True)
+            return False
+        run_dir = self.dir / name
+        if (remote is None or cfg_path(run_dir).is_file()) and not budget_reached(run_dir):
+            say(f"stopped {name} before its env-step or iteration budget (rerun the sweep to resume)")
             return False
         if remote is None:
             final, steps, values = final_return(self.dir / name)
@@ -209,6 +237,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, list[Any]], li
         parser.exit(2, f"error: --grid: not JSON ({exc})\n")
     if not isinstance(grid, dict) or not grid or not all(isinstance(v, list) and v for v in grid.values()):
         parser.exit(2, "error: --grid: must be a JSON object of non-empty lists\n")
+    names = [config_name(c) for c in configs(grid)]
+    if len(set(names)) < len(names):
+        same = next(n for n in names if names.count(n) > 1)
+        parser.exit(
+            2, f"error: --grid: two configurations would share the run folder {same}; make the values distinct\n"
+        )
     taken = [f for f in train_flags if f.split("=")[0] in ("--train_dir", "--experiment")]
     if taken:
         parser.exit(2, f"error: {taken[0]}: the sweep chooses each run's folder; use --train_dir and --name\n")
