@@ -102,7 +102,10 @@ def select_policies(run: Path, policy_index: str = "all") -> list[tuple[int, Pat
     if policy_index == "all":
         return policies
     if policy_index == "best":
-        wanted = read_best_policy(run)
+        try:
+            wanted = read_best_policy(run)
+        except ValueError as exc:  # a corrupt best_policy.json: one line naming it
+            raise PlotError(f"--policy_index=best: {exc}") from None
         if wanted is None:
             raise PlotError(f"--policy_index=best: {run} has no best_policy.json")
     elif policy_index.isdigit():
@@ -186,9 +189,32 @@ def plot_adaptation(curves: list[tuple[str, np.ndarray]], out: Path) -> None:
     _save(fig, out)
 
 
+def png_out(out: Path) -> Path:
+    """The file --out names; a name with no suffix gets .png (what matplotlib would write)."""
+    return out if out.suffix else out.with_name(out.name + ".png")
+
+
+def check_out(out: Path) -> None:
+    """PlotError for an --out whose suffix names no format matplotlib writes (before any run is read)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
+    if out.suffix[1:].lower() not in formats:
+        raise PlotError(f"--out={out}: unknown image format {out.suffix!r}; use one of .{', .'.join(sorted(formats))}")
+
+
 def _save(fig: Figure, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    """Write the figure to `out`; PlotError (one line) for a format matplotlib does not know or a folder it cannot
+    write, leaving no partial file behind."""
+    tmp = out.with_name(f".{out.name}.tmp{out.suffix}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, dpi=100, format=out.suffix[1:] or "png")
+        tmp.replace(out)
+    except (OSError, ValueError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise PlotError(f"--out={out}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     print(f"wrote {out}")
 
 
@@ -235,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: appo.tools.plot needs matplotlib and tensorboard ({exc})", file=sys.stderr)
         return 2
     try:
-        plot_runs(args.runs, args.tag, args.out or default_out(args.runs), args.policy_index)
+        if args.out:
+            check_out(png_out(args.out))
+        plot_runs(args.runs, args.tag, png_out(args.out) if args.out else default_out(args.runs), args.policy_index)
     except PlotError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -91,3 +91,25 @@ def test_main_default_out_and_errors(tmp_path, capsys):
     assert main([str(tmp_path / "run"), str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"error: {tmp_path / 'missing'}: no such run folder"]
     assert main([str(tmp_path / "run"), "--tag", "nope"]) == 2
+
+
+def test_out_without_suffix_gets_png_and_bad_out_is_one_line(tmp_path, capsys):
+    write_run(tmp_path / "run", {0: {"episode/return_mean": [(0, 1.0), (10, 2.0)]}})
+    assert main([str(tmp_path / "run"), "--out", str(tmp_path / "noext")]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'noext.png'}"
+    assert mpimg.imread(tmp_path / "noext.png").ndim == 3 and not (tmp_path / "noext").exists()
+    for out in (tmp_path / "new" / "x.foo", Path("/proc/nope/x.png")):
+        assert main([str(tmp_path / "run"), f"--out={out}"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --out={out}: "), err
+    assert not (tmp_path / "new").exists()
+
+
+def test_corrupt_best_policy_json_is_one_line(tmp_path, capsys):
+    write_run(tmp_path / "run", {0: {"episode/return_mean": [(0, 1.0), (10, 2.0)]}})
+    for text in ("{not json", '{"other": 1}', '{"policy_index": "x"}'):
+        (tmp_path / "run" / "best_policy.json").write_text(text)
+        assert main([str(tmp_path / "run"), "--policy_index=best"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --policy_index=best: "), err
+        assert str(tmp_path / "run" / "best_policy.json") in err[0]
