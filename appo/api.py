@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appo.utils.paths import cfg_path, checkpoint_dir
+from appo.utils.paths import budget_reached, cfg_path, checkpoint_dir
 
 
 class TrainError(RuntimeError):
@@ -34,9 +34,14 @@ class Run:
 
     run_dir: Path
     cfg: Any = field(repr=False)  # the run's Cfg
-    status: int  # train_appo.py's exit status: 0 finished, 130/143 stopped by a signal
+    # train_appo.py's exit status: 0 when the run stopped cleanly (its budget reached, --train_for_seconds up, or
+    # Ctrl-C, which saves and exits 0 as on the command line), 143 after SIGTERM; `finished` tells them apart
+    status: int
     checkpoints: list[Path | None] = field(default_factory=list)  # the newest checkpoint of each policy
     best: list[Path | None] = field(default_factory=list)  # the best checkpoint of each policy, where one was kept
+    # whether every policy's newest checkpoint holds the run's --train_for_env_steps (or --train_for_iterations):
+    # False for a run that a signal, --train_for_seconds or an error stopped before its budget (train again to resume)
+    finished: bool = False
 
     def load_policy(self, policy_index: int = 0, checkpoint: str = "latest", seed: int = 0) -> Any:
         return load_policy(self.run_dir, checkpoint=checkpoint, policy_index=policy_index, seed=seed)
@@ -132,6 +137,7 @@ def train(env: str | None = None, experiment: str | None = None, **flags: Any) -
         status,
         [(list_checkpoints(d) or [None])[-1] for d in ckpt_dirs],
         [find_best(d) for d in ckpt_dirs],
+        budget_reached(run_dir),
     )
 
 
@@ -140,7 +146,8 @@ def load_policy(path: str | Path, checkpoint: str = "latest", policy_index: int 
     the `latest` or `best` checkpoint), a checkpoint file, or an npz export (`python -m appo.export`). An npz
     needs numpy alone; a run or a checkpoint needs torch to read the checkpoint (the policy then acts in numpy).
     `seed` seeds the draws of `act(..., deterministic=False)`. ValueError (one line) for a path that is none of
-    these."""
+    these, a run whose cfg.json is unreadable, or whose env cannot be built here. `latest` is the newest checkpoint
+    that loads (an unreadable newer one is skipped with a warning, as enjoy.py does)."""
     from appo.numpy_policy.policy import Policy
     from appo.numpy_policy.policy_file import read_policy_file
 

@@ -14,6 +14,8 @@ Both carry the policy file's meta (the run's cfg, spaces, source) as JSON: ONNX 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 import warnings
@@ -36,7 +38,7 @@ class ExportError(Exception):
 def find_checkpoint(path: str | Path, checkpoint: str = "latest", policy_index: int = 0) -> tuple[Path, Path]:
     """(run dir, checkpoint file) for `path`: a run dir (its policy `policy_index`'s latest or best checkpoint, or
     the file `checkpoint` names) or a checkpoint file inside a run (train_dir/NAME/checkpoint_p0/*.pth)."""
-    from appo.learning.checkpoint import find_best, list_checkpoints
+    from appo.learning.checkpoint import find_best, load_latest
 
     path = Path(path)
     if path.is_file():
@@ -52,27 +54,59 @@ def find_checkpoint(path: str | Path, checkpoint: str = "latest", policy_index: 
             raise ExportError(f"--checkpoint={checkpoint}: no such file (or pass latest or best)")
         return path, file
     ckpt_dir = checkpoint_dir(path, policy_index)
-    found = find_best(ckpt_dir) if checkpoint == "best" else (list_checkpoints(ckpt_dir) or [None])[-1]
+    if checkpoint == "best":
+        found = find_best(ckpt_dir)
+    else:  # the newest that loads (as enjoy.py and resuming): an unreadable newer one is skipped, warned
+        latest = load_latest(ckpt_dir)
+        found = latest[1] if latest is not None else None
     if found is None:
-        raise ExportError(f"{ckpt_dir}: no {checkpoint} checkpoint")
+        raise ExportError(f"{ckpt_dir}: no {checkpoint} checkpoint" + (" that loads" if checkpoint == "latest" else ""))
     return path, found
+
+
+def saved_cfg(run: Path) -> Any:
+    """The run's Cfg from its cfg.json; ExportError with the command line's one-line message for a bad file."""
+    from appo.config.cfg import make_cfg, read_saved_cfg
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            return make_cfg(read_saved_cfg(cfg_path(run)))
+    except SystemExit:
+        lines = [line for line in said.getvalue().splitlines() if line.strip()]
+        raise ExportError(lines[-1].removeprefix("error: ") if lines else f"{cfg_path(run)}: unreadable") from None
+
+
+def run_spaces(cfg: Any) -> tuple[Any, Any]:
+    """(observation space, action space) of the run's env, built once; ExportError when it cannot be built here (an
+    env id gymnasium does not know, a package missing)."""
+    import gymnasium as gym
+
+    from appo.envs import UnknownEnvError, make_run_env
+    from appo.envs.multi_agent import AgentEnvError
+
+    try:
+        env = make_run_env(cfg)
+    except (UnknownEnvError, AgentEnvError, ValueError, ImportError, gym.error.Error) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExportError(f"--env={cfg.env}: cannot build the run's env here ({detail})") from None
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
 
 
 def load_run_policy(run: Path, ckpt: Path) -> tuple[Any, Any, dict[str, Any], tuple[Any, Any]]:
     """(cfg, torch model with the checkpoint's weights, the checkpoint, (obs space, action space))."""
-    from appo.config.cfg import make_cfg, read_saved_cfg
-    from appo.envs import make_run_env
     from appo.learning.checkpoint import load_checkpoint
     from appo.models.registry import make_model
 
-    cfg = make_cfg(read_saved_cfg(cfg_path(run)))
+    cfg = saved_cfg(run)
     try:
         state = load_checkpoint(ckpt)
     except Exception as exc:  # truncated, corrupted, refused by weights_only
         raise ExportError(f"{ckpt}: cannot load ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
-    env = make_run_env(cfg)
-    spaces = (env.observation_space, env.action_space)
-    env.close()
+    spaces = run_spaces(cfg)
     model = make_model(cfg, *spaces)
     try:
         model.load_state_dict(state["model"])
@@ -220,6 +254,19 @@ def _export_onnx(graph: Any, inputs: tuple[Any, ...], path: Path, meta_json: str
     onnx.save(proto, str(path))
 
 
+def out_path(out: str, fmt: str) -> Path:
+    """--out as the file to write: the format's suffix added where it has none; an npz export must end in .npz (the
+    suffix by which load_policy knows one)."""
+    path = Path(out)
+    if not path.suffix:
+        return path.with_name(path.name + SUFFIXES[fmt])
+    if fmt == "npz" and path.suffix != ".npz":
+        raise ExportError(
+            f"--out={out}: an npz export's file name must end in .npz (appo.load_policy reads it by that)"
+        )
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m appo.export", description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiment", required=True, help="the run's name under --train_dir")
@@ -227,14 +274,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", default="npz", help=f"one of {', '.join(FORMATS)} (default: npz)")
     parser.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint file")
     parser.add_argument("--policy_index", type=int, default=0, help="which policy of the run (default: 0)")
-    parser.add_argument("--out", default="", help="output file (default: train_dir/NAME/export/policy_p<i>.<ext>)")
+    parser.add_argument(
+        "--out",
+        default="",
+        help="output file; no suffix: the format's added (default: train_dir/NAME/export/policy_p<i>.<ext>)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.format not in FORMATS:
             raise ExportError(f"--format={args.format}: must be one of {', '.join(FORMATS)}")
+        out = out_path(args.out, args.format) if args.out else None
         run, ckpt = find_checkpoint(Path(args.train_dir) / args.experiment, args.checkpoint, args.policy_index)
-        out = Path(args.out) if args.out else run / "export" / f"policy_p{args.policy_index}{SUFFIXES[args.format]}"
-        export(run, ckpt, args.format, out)
+        out = out or run / "export" / f"policy_p{args.policy_index}{SUFFIXES[args.format]}"
+        try:
+            export(run, ckpt, args.format, out)
+        except OSError as exc:  # a folder that cannot be made or written
+            raise ExportError(f"--out={out}: {exc.strerror or exc}") from None
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
