@@ -85,7 +85,10 @@ def resolve_policy_index(cfg: EnjoyCfg) -> int:
     from appo.utils.paths import best_policy_path, read_best_policy
 
     if cfg.policy_index == "best":
-        best = read_best_policy(experiment_dir(cfg))
+        try:
+            best = read_best_policy(experiment_dir(cfg))
+        except ValueError as exc:  # a corrupt file: one line naming it
+            raise EnjoyError(f"--policy_index=best: {exc}") from None
         if best is None:
             raise EnjoyError(f"--policy_index=best: {best_policy_path(experiment_dir(cfg))} does not exist yet")
         return best

@@ -116,13 +116,14 @@ class Sweep:
                 print(remote["log_tail"], flush=True)
             return False
         run_dir = self.dir / name
-        if (remote is None or cfg_path(run_dir).is_file()) and not budget_reached(run_dir):
+        local = remote is None or cfg_path(run_dir).is_file()
+        if not (budget_reached(run_dir) if local else remote.get("finished", True)):
             say(f"stopped {name} before its env-step or iteration budget (rerun the sweep to resume)")
             return False
         if remote is None:
             final, steps, values = final_return(self.dir / name)
             remote = {"final_return": final, "steps": steps.tolist(), "values": values.tolist()}
-        result = {"config": config, **{k: v for k, v in remote.items() if k not in ("status", "log_tail")}}
+        result = {"config": config, **{k: v for k, v in remote.items() if k not in ("status", "log_tail", "finished")}}
         (self.dir / name).mkdir(parents=True, exist_ok=True)  # a Ray task on another node wrote the run there
         write_text_atomic(self.dir / name / RESULT_FILE, json.dumps(result, indent=2) + "\n")
         node = f" on node {remote['node'][:12]}" if "node" in remote else ""

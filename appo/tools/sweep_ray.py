@@ -36,6 +36,7 @@ def run_config(args: list[str], run_dir: str, log_path: str) -> dict[str, Any]:
     import ray
 
     from appo.tools.sweep_runs import final_return, start_run
+    from appo.utils.paths import budget_reached
 
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     proc = start_run(args, Path(log_path), preexec_fn=_die_with_parent)
@@ -54,7 +55,8 @@ def run_config(args: list[str], run_dir: str, log_path: str) -> dict[str, Any]:
     tail = Path(log_path).read_text(errors="replace")[-2000:] if status else ""
     node = ray.get_runtime_context().get_node_id()
     curve = {"steps": steps.tolist(), "values": values.tolist()}
-    return {"status": status, "final_return": final, **curve, "node": node, "log_tail": tail}
+    finished = budget_reached(Path(run_dir))  # read where the run wrote its checkpoints: this node
+    return {"status": status, "final_return": final, **curve, "node": node, "log_tail": tail, "finished": finished}
 
 
 class RayRuns:
