@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appo.config.flags import flags_to_argv
 from appo.utils.paths import budget_reached, cfg_path, checkpoint_dir
 
 
@@ -67,19 +68,6 @@ def _unhook_logging(tee: Any) -> None:
     for handler in log.handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream is tee:
             handler.setStream(sys.stderr)
-
-
-def flags_to_argv(flags: dict[str, Any]) -> list[str]:
-    """Keyword arguments as command-line flags: lists as several values, bools as True/False, None left out."""
-    argv: list[str] = []
-    for name, value in flags.items():
-        if value is None:
-            continue
-        if isinstance(value, (list, tuple)):
-            argv += [f"--{name}", *(str(v) for v in value)]
-        else:
-            argv.append(f"--{name}={value}")
-    return argv
 
 
 def run_command_line(argv: list[str] | None) -> tuple[Any, int]:

@@ -1,6 +1,6 @@
 """`flag()`: how every hyperparameter is declared, once, with its default and a one-line help. Shared by the
 engine's flag groups (appo/config/cfg.py) and each algorithm's own group (appo/algorithms/<name>/flags.py), and free of
-torch so that parsing flags stays cheap."""
+torch so that parsing flags stays cheap. `flags_to_argv`: keyword flags as the command line (appo.train, sweeps)."""
 
 from __future__ import annotations
 
@@ -27,3 +27,16 @@ def single_policy_errors(c: Any, model: str = "a feed-forward policy") -> list[s
     if c.use_rnn:
         errors.append(f"--use_rnn=True: --algo={c.algo} has {model} only; pass --use_rnn=False")
     return errors
+
+
+def flags_to_argv(flags: dict[str, Any]) -> list[str]:
+    """Keyword arguments as command-line flags: lists as several values, bools as True/False, None left out."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple)):
+            argv += [f"--{name}", *(str(v) for v in value)]
+        else:
+            argv.append(f"--{name}={value}")
+    return argv

@@ -74,7 +74,7 @@ def config_name(config: dict[str, Any]) -> str:
 
 def config_flags(config: dict[str, Any]) -> list[str]:
     """A configuration's command-line flags: a list as several values (`--actor_mlp_layers 32 32`)."""
-    from appo.api import flags_to_argv
+    from appo.config.flags import flags_to_argv
 
     return flags_to_argv(config)
 
