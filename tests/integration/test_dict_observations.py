@@ -79,17 +79,17 @@ def test_a_dict_env_trains_checkpoints_and_reports(run) -> None:
 def test_exports_take_one_input_per_key_and_act_as_torch(run, tmp_path) -> None:
     ort = pytest.importorskip("onnxruntime")
     exp, _ = run
-    for fmt in ("onnx", "torchscript"):
-        result = export(exp, fmt, tmp_path / fmt)
+    for fmt, name in (("onnx", "policy.onnx"), ("torchscript", "policy.pt")):
+        result = export(exp, fmt, tmp_path / name)
         assert result.returncode == 0, result.stderr[-3000:]
-    session = ort.InferenceSession(str(tmp_path / "onnx"))
+    session = ort.InferenceSession(str(tmp_path / "policy.onnx"))
     assert [i.name for i in session.get_inputs()] == ["obs_flag", "obs_image", "rnn_state"]
     meta = json.loads(
-        {p.key: p.value for p in __import__("onnx").load(str(tmp_path / "onnx")).metadata_props}["appo_meta"]
+        {p.key: p.value for p in __import__("onnx").load(str(tmp_path / "policy.onnx")).metadata_props}["appo_meta"]
     )
     assert [k["key"] for k in meta["observation_keys"]] == ["flag", "image"]
     assert meta["model"]["kind"] == "actor_critic" and meta["model"]["encoder"]["kind"] == "dict"
-    scripted = torch.jit.load(str(tmp_path / "torchscript"))
+    scripted = torch.jit.load(str(tmp_path / "policy.pt"))
     env = make_env(ENV)
     model = trained_model(exp, env)
     rnn = torch.zeros(1, 1)
