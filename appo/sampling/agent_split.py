@@ -128,11 +128,12 @@ class AgentEnvRunner(EnvRunner):
         self.acted = self.active.copy()
         self.step_opponent = self.opponent.copy()
         learning = self.step_opponent == FREE
-        versions = self.buf["policy_versions"][self.first : self.first + n, t]  # a view of the buffer
-        np.maximum.at(self.latest_version, self.env_policy[learning], versions[learning])
-        if not learning.all():  # a snapshot's step: the newest version of the row's policy (whose learner gets it)
-            latest = self.latest_version[self.env_policy[~learning]]
-            versions[~learning] = np.where(latest > 0, latest, versions[~learning])
+        if self.pool_versions is not None:  # (only a self-play pool's rows act with other weights than their own)
+            versions = self.buf["policy_versions"][self.first : self.first + n, t]  # a view of the buffer
+            np.maximum.at(self.latest_version, self.env_policy[learning], versions[learning])
+            if not learning.all():  # a snapshot's step: the newest version of its row's policy (whose learner gets it)
+                latest = self.latest_version[self.env_policy[~learning]]
+                versions[~learning] = np.where(latest > 0, latest, versions[~learning])
         failed: list[int] = []
         obs_out = self.buf["obs"]
         for g, game in enumerate(self.games):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import math
 import random
-import threading
 import time
 
 import gymnasium as gym
@@ -297,49 +296,6 @@ def wait_for(condition, what: str, timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         time.sleep(0.01)
-
-
-def test_the_trainer_thread_takes_one_batch_at_a_time_and_stops(tmp_path, monkeypatch):
-    torch.manual_seed(0)
-    cfg = small_cfg(num_epochs=1)
-    learner = make_learner(cfg, tmp_path)
-    fill(learner, 0, 16, seed=6)
-    first = take_batch(learner)
-    second, third = first._replace(), first._replace()  # distinct batches, same data
-    queues = wire(1, 1, local=True)
-    gate = threading.Event()
-    trained: list[Batch] = []
-    train = learner.train
-
-    def gated_train(batch: Batch) -> TrainReport:
-        trained.append(batch)
-        gate.wait(timeout=30)
-        return train(batch)
-
-    monkeypatch.setattr(learner, "train", gated_train)
-    trainer = TrainerThread(learner)
-    trainer.hand_over(first, queues)
-    wait_for(lambda: len(trained) == 1, "the trainer to start on the first batch")
-    trainer.hand_over(second, queues)  # room: the trainer holds the first
-    assert trainer.batches.qsize() == 1, f"{trainer.batches.qsize()} batches waiting"
-    # The trainer is busy and one batch waits: the next hand-over has to wait until that one is taken.
-    waiter = threading.Thread(target=trainer.hand_over, args=(third, queues), daemon=True)
-    waiter.start()
-    waiter.join(timeout=0.5)
-    assert waiter.is_alive(), "hand_over returned while the queue of one batch was full"
-    assert [id(b) for b in trained] == [id(first)], f"trained {len(trained)} batches while gated"
-    gate.set()
-    waiter.join(timeout=30)
-    assert not waiter.is_alive(), "hand_over still waiting after the trainer took the second batch"
-
-    trainer.stop(queues)
-    assert not trainer.thread.is_alive(), "trainer thread alive after stop()"
-    assert trainer.failure == [], f"failure {trainer.failure}"
-    order = [{id(first): 1, id(second): 2, id(third): 3}.get(id(b)) for b in trained]
-    assert order == [1, 2, 3], f"trained in order {order}"
-    reports = queues.driver_queue.get_many()
-    assert [type(r) for r in reports] == [TrainReport] * 3, f"driver got {reports}"
-    assert [r.version for r in reports] == [1, 2, 3], f"versions {[r.version for r in reports]}"
 
 
 def test_a_failure_in_train_is_kept_and_ends_the_thread(tmp_path, monkeypatch):
