@@ -44,7 +44,7 @@ class Run:
     # False for a run that a signal, --train_for_seconds or an error stopped before its budget (train again to resume)
     finished: bool = False
 
-    def load_policy(self, policy_index: int = 0, checkpoint: str = "latest", seed: int = 0) -> Any:
+    def load_policy(self, policy_index: int | str = 0, checkpoint: str = "latest", seed: int = 0) -> Any:
         return load_policy(self.run_dir, checkpoint=checkpoint, policy_index=policy_index, seed=seed)
 
 
@@ -129,9 +129,10 @@ def train(env: str | None = None, experiment: str | None = None, **flags: Any) -
     )
 
 
-def load_policy(path: str | Path, checkpoint: str = "latest", policy_index: int = 0, seed: int = 0) -> Any:
+def load_policy(path: str | Path, checkpoint: str = "latest", policy_index: int | str = 0, seed: int = 0) -> Any:
     """A trained policy (appo/numpy_policy/policy.py's `Policy`) from `path`: a run dir (its policy `policy_index`,
-    the `latest` or `best` checkpoint), a checkpoint file, or an npz export (`python -m appo.export`). An npz
+    or "best" for the one its best_policy.json names; the `latest` or `best` checkpoint), a checkpoint file, or an
+    npz export (`python -m appo.export`). An npz
     needs numpy alone; a run or a checkpoint needs torch to read the checkpoint (the policy then acts in numpy).
     `seed` seeds the draws of `act(..., deterministic=False)`. ValueError (one line) for a path that is none of
     these, a run whose cfg.json is unreadable, or whose env cannot be built here. `latest` is the newest checkpoint
@@ -146,10 +147,12 @@ def load_policy(path: str | Path, checkpoint: str = "latest", policy_index: int 
         raise ValueError(f"{path}: no such run, checkpoint or .npz export")
     if path.is_dir() and not cfg_path(path).is_file():
         raise ValueError(f"{path}: not a run directory (no cfg.json)")
-    from appo.tools.export import ExportError, find_checkpoint, policy_parts
+    from appo.tools.export import ExportError, chosen_policy, find_checkpoint, policy_parts
 
     try:
-        run, ckpt = find_checkpoint(path, checkpoint, policy_index)
+        if path.is_dir():
+            policy_index = chosen_policy(path, str(policy_index))
+        run, ckpt = find_checkpoint(path, checkpoint, int(policy_index))
         meta, state, arrays, _ = policy_parts(run, ckpt)
     except ExportError as exc:
         raise ValueError(str(exc)) from None

@@ -64,6 +64,23 @@ def read_best_policy(exp_dir: Path) -> int | None:
         raise ValueError(f"{path}: unreadable ({type(exc).__name__}: {detail}); remove it or fix it") from None
 
 
+def pick_policy_index(exp_dir: Path, value: str | int, num_policies: int) -> int:
+    """--policy_index as a number: a policy of the run (0..num_policies-1), or `best`, which reads the run's
+    best_policy.json (kept current by the driver); ValueError, one line naming the flag, for anything else."""
+    if value == "best":
+        try:
+            best = read_best_policy(exp_dir)
+        except ValueError as exc:  # a corrupt file: one line naming it
+            raise ValueError(f"--policy_index=best: {exc}") from None
+        if best is None:
+            raise ValueError(f"--policy_index=best: {best_policy_path(exp_dir)} does not exist yet")
+        return best
+    text = str(value)
+    if not text.isdigit() or int(text) >= num_policies:
+        raise ValueError(f"--policy_index={value}: the run has policies 0..{num_policies - 1} (or pass best)")
+    return int(text)
+
+
 def budget_reached(exp_dir: Path) -> bool:
     """Whether a run trained its whole budget: every policy's newest checkpoint holds its --train_for_env_steps, or
     its --train_for_iterations (train/version), as cfg.json sets them. --train_for_seconds is one session's, so a
@@ -107,8 +124,32 @@ def stale_temporary_files(exp_dir: Path) -> list[Path]:
     return sorted(found)
 
 
+def fsync_dir(directory: Path) -> None:
+    """Persist directory entries (a rename) to disk; a no-op where directories cannot be opened (Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems (certain network mounts) reject fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: a crash leaves the old file or the new one."""
+    """Write `text` to `path` through a temporary file, fsync and a rename: a crash or a power cut leaves the old
+    file or the new one, never an empty or partial one; a failed write leaves no temporary file."""
+    path = Path(path)
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)

@@ -28,7 +28,7 @@ import torch
 from appo.utils.paths import BEST_CHECKPOINT_RE as _BEST_RE
 from appo.utils.paths import CHECKPOINT_RE as _CKPT_RE
 from appo.utils.paths import TMP_SUFFIX as _TMP_SUFFIX
-from appo.utils.paths import checkpoint_temporary_files
+from appo.utils.paths import checkpoint_temporary_files, fsync_dir
 
 log = logging.getLogger("appo")
 
@@ -41,21 +41,6 @@ def checkpoint_name(version: int, env_steps: int) -> str:
 def best_name(version: int, env_steps: int, metric: float) -> str:
     """File name of the best checkpoint; the metric is in the name so it is visible without loading the file."""
     return f"best_{version:09d}_{env_steps}_{metric:.3f}.pth"
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Persist directory entries (the rename) to disk; a no-op where directories cannot be opened (Windows)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        # Some filesystems (e.g. certain network mounts) reject fsync on directories; the rename is still atomic.
-        pass
-    finally:
-        os.close(fd)
 
 
 def _remove_stale_tmp(ckpt_dir: Path) -> None:
@@ -86,7 +71,7 @@ def _atomic_save(state: dict[str, Any], final_path: Path) -> Path:
         with contextlib.suppress(OSError):
             tmp_path.unlink()
         raise
-    _fsync_dir(final_path.parent)
+    fsync_dir(final_path.parent)
     return final_path
 
 

@@ -82,21 +82,12 @@ def check_flags(cfg: EnjoyCfg) -> None:
 
 def resolve_policy_index(cfg: EnjoyCfg) -> int:
     """--policy_index as a number; `best` reads the run's best_policy.json (kept current by the driver)."""
-    from appo.utils.paths import best_policy_path, read_best_policy
+    from appo.utils.paths import pick_policy_index
 
-    if cfg.policy_index == "best":
-        try:
-            best = read_best_policy(experiment_dir(cfg))
-        except ValueError as exc:  # a corrupt file: one line naming it
-            raise EnjoyError(f"--policy_index=best: {exc}") from None
-        if best is None:
-            raise EnjoyError(f"--policy_index=best: {best_policy_path(experiment_dir(cfg))} does not exist yet")
-        return best
-    if not cfg.policy_index.isdigit() or int(cfg.policy_index) >= cfg.num_policies:
-        raise EnjoyError(
-            f"--policy_index={cfg.policy_index}: the run has policies 0..{cfg.num_policies - 1} (or pass best)"
-        )
-    return int(cfg.policy_index)
+    try:
+        return pick_policy_index(experiment_dir(cfg), cfg.policy_index, cfg.num_policies)
+    except ValueError as exc:
+        raise EnjoyError(str(exc)) from None
 
 
 def has_display() -> bool:

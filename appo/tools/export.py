@@ -2,7 +2,7 @@
 recurrent state as an explicit input and output, or as TorchScript.
 
     python -m appo.export --experiment=NAME --format=npz|onnx|torchscript [--checkpoint=latest|best|PATH]
-                          [--policy_index=0] [--out=FILE] [--train_dir=train_dir]
+                          [--policy_index=0|best] [--out=FILE] [--train_dir=train_dir]
 
 ONNX and TorchScript graphs compute the deterministic action (the Gaussian's mean, the most likely discrete action,
 SAC's tanh(mean) in the env's box) from (obs [B, *obs_shape], rnn_state [B, S]) -> (action, rnn_state); S is 1 and
@@ -267,25 +267,49 @@ def out_path(out: str, fmt: str) -> Path:
     return path
 
 
+def chosen_policy(run: Path, policy_index: str) -> int:
+    """--policy_index as a number of the run's policies (`best`: its best_policy.json)."""
+    from appo.utils.paths import pick_policy_index
+
+    if not cfg_path(run).is_file():
+        raise ExportError(f"{run}: not a run directory (no cfg.json)")
+    try:
+        return pick_policy_index(run, policy_index, saved_cfg(run).num_policies)
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
+
+
+def default_name(policy_index: int, checkpoint: str, ckpt: Path, fmt: str) -> str:
+    """policy_p<i>.<ext> for the latest checkpoint; other checkpoints add their own name, so that exporting the best
+    or an older one does not overwrite the latest's file."""
+    tail = "" if checkpoint == "latest" else f"_{ckpt.stem}"
+    return f"policy_p{policy_index}{tail}{SUFFIXES[fmt]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m appo.export", description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiment", required=True, help="the run's name under --train_dir")
     parser.add_argument("--train_dir", default="train_dir", help="root folder of runs (default: train_dir)")
     parser.add_argument("--format", default="npz", help=f"one of {', '.join(FORMATS)} (default: npz)")
     parser.add_argument("--checkpoint", default="latest", help="latest, best, or a checkpoint file")
-    parser.add_argument("--policy_index", type=int, default=0, help="which policy of the run (default: 0)")
+    parser.add_argument(
+        "--policy_index", default="0", help="which policy of the run, or best (best_policy.json) (default: 0)"
+    )
     parser.add_argument(
         "--out",
         default="",
-        help="output file; no suffix: the format's added (default: train_dir/NAME/export/policy_p<i>.<ext>)",
+        help="output file; no suffix: the format's added (default: train_dir/NAME/export/policy_p<i>[_<checkpoint>]"
+        ".<ext>, the checkpoint's name where it is not the latest)",
     )
     args = parser.parse_args(argv)
     try:
         if args.format not in FORMATS:
             raise ExportError(f"--format={args.format}: must be one of {', '.join(FORMATS)}")
         out = out_path(args.out, args.format) if args.out else None
-        run, ckpt = find_checkpoint(Path(args.train_dir) / args.experiment, args.checkpoint, args.policy_index)
-        out = out or run / "export" / f"policy_p{args.policy_index}{SUFFIXES[args.format]}"
+        run_dir = Path(args.train_dir) / args.experiment
+        index = chosen_policy(run_dir, args.policy_index)
+        run, ckpt = find_checkpoint(run_dir, args.checkpoint, index)
+        out = out or run / "export" / default_name(index, args.checkpoint, ckpt, args.format)
         try:
             export(run, ckpt, args.format, out)
         except OSError as exc:  # a folder that cannot be made or written

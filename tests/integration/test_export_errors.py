@@ -1,6 +1,7 @@
 """`python -m appo.export` and `appo.load_policy` on runs that are not quite right: `latest` skips an unreadable
 newest checkpoint (as enjoy.py), a bad cfg.json or an env that cannot be built is one line (exit 2 / ValueError),
-an --out without a suffix gets the format's and a wrong one for npz is refused; `Run.finished` says whether
+an --out without a suffix gets the format's and a wrong one for npz is refused, `--policy_index=best` reads
+best_policy.json and a checkpoint other than the latest gets its own default file; `Run.finished` says whether
 `appo.train` reached the run's budget (its status is 0 either way)."""
 
 from __future__ import annotations
@@ -95,3 +96,22 @@ def test_out_gets_the_format_suffix_and_a_wrong_or_unwritable_one_is_refused(tra
     one_error_line(export(trained, f"--out={tmp_path / 'x.foo'}"), f"--out={tmp_path / 'x.foo'}", ".npz")
     one_error_line(export(trained, "--out=/proc/nope/x.npz"), "--out=/proc/nope/x.npz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["noext.npz"]
+
+
+@pytest.mark.timeout(120)
+def test_policy_index_best_and_a_checkpoint_other_than_the_latest_get_their_own_file(trained):
+    run = copy_run(trained, "picks")
+    latest = max(p for p in (run / "checkpoint_p0").iterdir() if CHECKPOINT_RE.match(p.name))
+    older = run / "checkpoint_p0" / "checkpoint_000000000_1.pth"
+    shutil.copyfile(latest, older)
+    done = export(run, "--policy_index=best", f"--checkpoint={older}")
+    assert done.returncode == 0 and f"from {older})" in done.stdout, done.stdout + done.stderr
+    assert appo.load_policy(run / "export" / f"policy_p0_{older.stem}.npz").source["checkpoint"] == str(older)
+    assert export(run).returncode == 0
+    assert appo.load_policy(run / "export" / "policy_p0.npz").source["checkpoint"] == str(latest)
+    assert appo.load_policy(run, policy_index="best").source["checkpoint"] == str(latest)
+    one_error_line(export(run, "--policy_index=1"), "--policy_index=1", "0..0")
+    (run / "best_policy.json").unlink()
+    one_error_line(export(run, "--policy_index=best"), "--policy_index=best", "best_policy.json")
+    with pytest.raises(ValueError, match="^--policy_index=best: .*best_policy.json"):
+        appo.load_policy(run, policy_index="best")
