@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +30,9 @@ import numpy as np
 
 from appo.config.cfg import Cfg, _f, experiment_dir
 from appo.envs import UnknownEnvError, make_run_env, trial_length
+from appo.tools.video import VideoError, VideoWriter, new_video_path
 from appo.utils.logging import first_line, init_logging, log
-from appo.utils.paths import cfg_path, checkpoint_dir, videos_dir
+from appo.utils.paths import cfg_path, checkpoint_dir
 
 if TYPE_CHECKING:  # torch is imported where it is used, so `enjoy.py --help` and bad-input errors stay fast
     from appo.models.actor_critic import ActorCritic
@@ -181,49 +181,6 @@ def choose_tasks(cfg: EnjoyCfg, env: gym.Env) -> None:
 
 
 # --- video --------------------------------------------------------------------------------------------------
-class VideoWriter:
-    """Streams RGB frames into an H.264 mp4 (imageio + imageio-ffmpeg). Frames with an odd side are padded
-    by one edge pixel, because yuv420p needs even sizes and imageio would otherwise rescale them."""
-
-    def __init__(self, path: Path, fps: int) -> None:
-        try:
-            import imageio.v2 as imageio
-        except ImportError as exc:
-            raise EnjoyError(
-                "--save_video needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg"
-            ) from exc
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self.num_frames = 0
-        try:
-            self._writer = imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps, macro_block_size=2)
-        except (ImportError, RuntimeError) as exc:  # imageio-ffmpeg (the ffmpeg binary) missing
-            raise EnjoyError(
-                f"--save_video: cannot start ffmpeg ({first_line(exc)}); pip install imageio-ffmpeg"
-            ) from exc
-
-    def add(self, frame: np.ndarray) -> None:
-        pad = ((0, frame.shape[0] % 2), (0, frame.shape[1] % 2), (0, 0))
-        if pad[0][1] or pad[1][1]:
-            frame = np.pad(frame, pad, mode="edge")
-        self._writer.append_data(np.ascontiguousarray(frame, dtype=np.uint8))
-        self.num_frames += 1
-
-    def close(self) -> None:
-        self._writer.close()
-
-
-def new_video_path(exp_dir: Path, ckpt_path: Path) -> Path:
-    """videos/<checkpoint>_<time>.mp4, never overwriting an earlier video."""
-    stem = f"{ckpt_path.stem}_{time.strftime('%Y%m%d_%H%M%S')}"
-    path = videos_dir(exp_dir) / f"{stem}.mp4"
-    n = 1
-    while path.exists():
-        path = videos_dir(exp_dir) / f"{stem}_{n}.mp4"
-        n += 1
-    return path
-
-
 # --- episodes -----------------------------------------------------------------------------------------------
 def run_all(cfg: EnjoyCfg, env: gym.Env, model: ActorCritic, on_frame: Callable[[], None] | None) -> list[float]:
     """Every episode (task envs: every trial, printed episode by episode); returns the episode returns."""
@@ -321,6 +278,11 @@ def _evaluate(cfg: EnjoyCfg) -> int:
         if plan.record_video:
             video = VideoWriter(new_video_path(exp_dir, ckpt_path), cfg.fps)
         evaluate_policy(cfg, env, model, video)
+    except (EnjoyError, VideoError):
+        if video is not None:  # no half-made video left behind
+            video.close(keep=False)
+            video = None
+        raise
     finally:
         env.close()
         if video is not None:
@@ -338,7 +300,10 @@ def _enjoy_adaptation(cfg: EnjoyCfg, state: dict[str, Any], ckpt_path: Path, pla
         from appo.maml.enjoy import enjoy_maml
 
         enjoy_maml(cfg, state, plan.env_render_mode, video)
-    except ValueError as exc:  # --task out of the test split's range
+    except (ValueError, VideoError) as exc:  # --task out of the test split's range; an env's render() no image
+        if video is not None:
+            video.close(keep=False)
+            video = None
         raise EnjoyError(first_line(exc)) from exc
     finally:
         if video is not None:
@@ -367,7 +332,7 @@ def enjoy(cfg: EnjoyCfg) -> int:
     init_logging(cfg.log_level)
     try:
         return _evaluate(cfg)
-    except EnjoyError as exc:
+    except (EnjoyError, VideoError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:  # Ctrl-C while watching: the env and the video were closed on the way out

@@ -122,3 +122,14 @@ def test_runs_table_lists_the_trained_run(trained):
     assert int(steps.replace(",", "")) >= 20000, row
     assert 8.0 <= float(last_return) <= 500.0, row  # CartPole's returns: from its shortest episode to the limit
     assert checkpoint.startswith("checkpoint_p0/checkpoint_") and (trained / "e" / checkpoint).is_file(), row
+
+
+def test_an_env_whose_render_gives_no_frame_is_one_line_and_leaves_no_video(tmp_path):
+    env = "--env=tests.support.faulty_envs:NoFrameEnv"
+    args = [env, f"--train_dir={tmp_path}", "--experiment=blank", "--train_for_env_steps=2000", "--num_workers=1"]
+    run_script("train_appo.py", [*args, "--num_envs_per_worker=2", "--rollout=16", "--batch_size=128"], check=True)
+    result = enjoy(tmp_path, "--save_video", "--max_num_episodes=1", experiment="blank")
+    lines = nonempty_lines(result.stdout)  # run_script: stdout and stderr together
+    assert result.returncode == 2 and lines[-1].startswith("error: --save_video: "), result.stdout[-2000:]
+    assert "render() returned NoneType" in lines[-1] and "Traceback" not in result.stdout
+    assert not list((tmp_path / "blank").glob("videos/*.mp4"))

@@ -96,3 +96,16 @@ class NanRewardEnv(_Base):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         obs, _, terminated, truncated, info = super().step(action)
         return obs, float("nan"), terminated, truncated, info
+
+
+class NoFrameEnv(_Base):
+    """Says it renders rgb_array frames but its render() returns None."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.render_mode = render_mode
+
+    def render(self) -> None:
+        return None
