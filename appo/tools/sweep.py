@@ -29,7 +29,9 @@ workers over the cluster while the sweep runs locally.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
 import itertools
 import json
 import signal
@@ -244,6 +246,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, list[Any]], li
         parser.exit(
             2, f"error: --grid: two configurations would share the run folder {same}; make the values distinct\n"
         )
+    bad = first_bad_configuration(grid, train_flags)
+    if bad:
+        parser.exit(2, f"error: {bad}\n")
     taken = [f for f in train_flags if f.split("=")[0] in ("--train_dir", "--experiment")]
     if taken:
         parser.exit(2, f"error: {taken[0]}: the sweep chooses each run's folder; use --train_dir and --name\n")
@@ -262,6 +267,29 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, list[Any]], li
                 2, f"error: {runs_ray[0]}: with the sweep's --backend=ray each run is one Ray task on one node\n"
             )
     return args, grid, train_flags
+
+
+def first_bad_configuration(grid: dict[str, list[Any]], train_flags: list[str]) -> str | None:
+    """What train_appo.py's parser would refuse in one of the grid's configurations (a key that is no flag, a value
+    of the wrong type) or in the flags after --, as one line; None when every run's command line parses. Found here,
+    before any run starts, not once per run."""
+    from appo.config.cfg import build_parser as train_parser
+
+    parser = train_parser()
+    unknown = [k for k in grid if f"--{k}" not in parser._option_string_actions]
+    if unknown:
+        return f"--grid: {', '.join(unknown)}: not a flag of train_appo.py (python train_appo.py --help lists them)"
+    for config in [{}, *configs(grid)]:
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                parser.parse_args(config_flags(config) + train_flags)
+        except SystemExit:
+            lines = [line for line in said.getvalue().splitlines() if line.strip()]
+            detail = lines[-1].split("error: ", 1)[-1] if lines else "not accepted"
+            where = f"--grid configuration {config_name(config)}" if config else "the flags after --"
+            return f"{where}: {detail}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """`python -m appo.sweep` records a run as done only once it has trained its env-step budget: a run that its
 per-session `--train_for_seconds` stopped is started again (it resumes) by the next sweep. Grid values that are lists
-go to the run as several values, and values with `/` make folder and log names that are safe and distinct."""
+go to the run as several values, and values with `/` make folder and log names that are safe and distinct. A grid
+key, value or run flag that train_appo.py would refuse is one line before any run starts."""
 
 from __future__ import annotations
 
@@ -55,3 +56,17 @@ def test_names_stay_distinct_and_a_clash_is_refused(train_dir):
     result = sweep(train_dir, {"seed": [0, "0"]}, "--env=CartPole-v1")
     assert result.returncode == 2 and result.stderr.startswith("error: --grid:"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not train_dir.exists()
+
+
+def test_a_grid_or_run_flag_that_train_appo_refuses_stops_the_sweep_before_any_run(train_dir):
+    cases = [
+        ({"learning_rat": [1e-3]}, [], "--grid: learning_rat: not a flag of train_appo.py"),
+        ({"seed": [0], "learning_rate": [1e-3, "fast"]}, [], "--grid configuration learning_rate=fast,seed=0: "),
+        ({"seed": [0]}, ["--nope=1"], "the flags after --: unrecognized arguments: --nope=1"),
+    ]
+    for grid, flags, said in cases:
+        result = sweep(train_dir, grid, "--env=CartPole-v1", *flags)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {said}"), result.stderr
+    assert "invalid float value: 'fast'" in sweep(train_dir, {"learning_rate": ["fast"]}).stderr
+    assert not train_dir.exists()
