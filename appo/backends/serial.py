@@ -102,8 +102,11 @@ class SerialBackend:
         pass
 
     def stop(self, driver: Any) -> None:
-        """Learners save; then one last evaluation of the saved weights; then envs close."""
+        """The episodes finished since the actors' last report reach the driver (as the actor processes' last
+        report does); learners save; then one last evaluation of the saved weights; then envs close."""
         try:
+            self.send([report for actor in self.actors for report in actor.reports(force=True)])
+            driver.on_messages(self.queues.driver_queue.get_many())
             for learner in self.learners:
                 learner.save()
             if self.evaluator is not None and not driver.errors:

@@ -129,6 +129,18 @@ def test_serial_mode_trains_and_checkpoints(train_dir):
     assert state["env_steps"] >= 8000
 
 
+def test_a_serial_run_counts_the_episodes_of_its_last_second(train_dir):
+    # 50-step episodes (the env's render plays no part): the envs finish at least 4 * (S / 4 // 50) episodes in S
+    # trained steps; a report of the actors comes at most once a second, so those of the run's last second reach
+    # the final summary only through the report forced at the stop.
+    env = "--env=tests.support.faulty_envs:NoFrameEnv"
+    flags = [env, "--rollout=16", "--batch_size=256", "--num_envs_per_worker=4", "--num_workers=1", "--serial_mode"]
+    run_script("train_appo.py", [*flags, f"--train_dir={train_dir}", "--experiment=e", "--train_for_env_steps=4000"])
+    trained = torch.load(list_checkpoints(train_dir / "e" / "checkpoint_p0")[-1], weights_only=True)["env_steps"]
+    counts = [e.value for e in scalars(train_dir / "e" / "summaries" / "0").Scalars("episode/count")]
+    assert counts[-1] >= 4 * (trained // 4 // 50), (counts, trained)
+
+
 def test_train_for_iterations_stops_at_that_version(train_dir):
     result = run_script(
         "train_appo.py",
