@@ -12,11 +12,10 @@ each (appo/sampling/agent_split.py). Per step it takes one action per row and re
 - `max_episode_steps` > 0 (--max_episode_steps, for envs given as module:Class) truncates every agent still in
   the game at that step of the game.
 
-Every agent must have the same observation and action spaces: one policy (or population) then serves every row,
-which self-play needs (agents with different spaces are refused with a one-line error naming them; give such an
-env one space by padding, as Sample Factory's PettingZoo wrapper requires too). A Discrete observation space is
-given to the model one-hot (a Box of 0.0/1.0). Contract errors name the agent: a live agent missing from a step's
-returns, a NaN reward, a space that changed after start-up.
+One policy (or population) serves every row, which self-play needs: agents with different spaces are padded to one
+observation and one action space, with the agent's kind in the observation (envs/agent_spaces.py). A Discrete
+observation space is given to the model one-hot (a Box of 0.0/1.0). Contract errors name the agent: a live agent
+missing from a step's returns, a NaN reward, a space that changed after start-up.
 """
 
 from __future__ import annotations
@@ -28,11 +27,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from appo.envs.agent_spaces import AgentEnvError, SharedSpaces
 from appo.envs.episode_end import TRUE_OBJECTIVE
 
-
-class AgentEnvError(RuntimeError):
-    """A multi-agent env broke its contract; the message names the agent (one line)."""
+__all__ = ["AgentEnv", "AgentEnvError", "is_parallel_env", "run_game"]
 
 
 def is_parallel_env(env: Any) -> bool:
@@ -58,23 +56,12 @@ class AgentEnv:
         self.num_agents = len(self.agents)
         if not self.agents:
             raise AgentEnvError(f"--env={name}: the multi-agent env has no possible_agents")
-        self.raw_obs_space = env.observation_space(self.agents[0])
-        self.action_space = env.action_space(self.agents[0])
-        for agent in self.agents[1:]:
-            if env.observation_space(agent) != self.raw_obs_space or env.action_space(agent) != self.action_space:
-                raise AgentEnvError(
-                    f"--env={name}: agent {agent!r} has spaces {env.observation_space(agent)}, "
-                    f"{env.action_space(agent)} but agent {self.agents[0]!r} has {self.raw_obs_space}, "
-                    f"{self.action_space}: every agent needs the same spaces (pad them to one)"
-                )
-        if isinstance(self.raw_obs_space, gym.spaces.Dict):
-            raise AgentEnvError(f"--env={name}: Dict observations are supported for single-agent envs only")
-        self.one_hot = isinstance(self.raw_obs_space, gym.spaces.Discrete)
-        self.first_value = int(self.raw_obs_space.start) if self.one_hot else 0  # Discrete(n, start): start..start+n-1
-        if self.one_hot:
-            self.observation_space: gym.Space = gym.spaces.Box(0.0, 1.0, (int(self.raw_obs_space.n),), np.float32)
-        else:
-            self.observation_space = self.raw_obs_space
+        obs_spaces = {a: env.observation_space(a) for a in self.agents}
+        act_spaces = {a: env.action_space(a) for a in self.agents}
+        self.raw_spaces = {a: (obs_spaces[a], act_spaces[a]) for a in self.agents}
+        self.spaces = SharedSpaces(obs_spaces, act_spaces, name)
+        self.observation_space: gym.Space = self.spaces.observation_space
+        self.action_space = self.spaces.action_space
         self.obs_shape = self.observation_space.shape
         self.obs_dtype = np.dtype(self.observation_space.dtype or np.float32)
         self.metadata = getattr(env, "metadata", {})
@@ -90,10 +77,7 @@ class AgentEnv:
         out = np.zeros((self.num_agents, *self.obs_shape), dtype=self.obs_dtype)
         for agent, value in obs.items():
             i = self._row_of(agent)
-            if self.one_hot:
-                out[i, int(value) - self.first_value] = 1.0
-            else:
-                out[i] = value
+            self.spaces.write_obs(agent, value, out[i])
             active[i] = True
         return out
 
@@ -112,9 +96,7 @@ class AgentEnv:
     def check_spaces(self) -> None:
         """The spaces must stay what they were at start-up."""
         for agent in self.agents:
-            if self.env.observation_space(agent) != self.raw_obs_space or self.env.action_space(agent) != (
-                self.action_space
-            ):
+            if (self.env.observation_space(agent), self.env.action_space(agent)) != self.raw_spaces[agent]:
                 raise AgentEnvError(f"--env={self.name}: agent {agent!r} changed its spaces during the run")
 
     # --- stepping -----------------------------------------------------------------------------------
@@ -135,7 +117,7 @@ class AgentEnv:
         acted), the rows active after the step, whether the game is over, and the infos by agent."""
         k = self.num_agents
         acting = [a for a, on in zip(self.agents, active, strict=True) if on]
-        act = {a: _action_value(actions[self.row[a]]) for a in acting}
+        act = {a: self.spaces.env_action(a, actions[self.row[a]]) for a in acting}
         obs, rewards, terms, truncs, infos = self.env.step(act)
         r = np.zeros(k, dtype=np.float32)
         term = np.zeros(k, dtype=bool)
@@ -171,12 +153,6 @@ class AgentEnv:
 
     def close(self) -> None:
         self.env.close()
-
-
-def _action_value(action: np.ndarray) -> Any:
-    """One row's action as the env takes it: an int for Discrete, the float vector for Box."""
-    action = np.asarray(action)
-    return int(action.reshape(-1)[0]) if action.dtype.kind in "iu" else action
 
 
 # --- one game played by a policy ------------------------------------------------------------------------------------

@@ -1,12 +1,15 @@
 """Multi-agent envs through whole runs of train_appo.py and enjoy.py (real processes, PettingZoo Parallel envs, a row
 of the trajectory tensors per agent): PettingZoo's rock-paper-scissors on the local backend (two actor workers) and
 on Ray; paddle_duel in serial mode with evaluations against its scripted opponent, then enjoy.py plays it into an
-mp4; a population of two policies whose rows meet in one game; a game whose agents leave early and join late; and
-envs that break the contract, which stop the run with one line naming the agent and leave no process behind."""
+mp4; a population of two policies whose rows meet in one game; a game whose agents leave early and join late;
+mpe2's world_comm, whose three kinds of agent train as one policy over padded spaces; and envs that break the
+contract or whose spaces cannot be padded, which stop the run with one line naming the agent and leave no process
+behind."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 import time
 from pathlib import Path
@@ -200,9 +203,29 @@ def test_a_contract_break_stops_the_run_with_one_line_naming_the_agent(train_dir
     assert message in (train_dir / "bad" / "log.txt").read_text()
 
 
-def test_agents_with_different_spaces_are_refused_before_the_run_with_one_line(train_dir: Path) -> None:
-    args = [f"--env={GAMES}:UnequalSpacesGame", f"--train_dir={train_dir}", "--experiment=unequal"]
+def test_agents_whose_spaces_cannot_be_padded_are_refused_before_the_run_with_one_line(train_dir: Path) -> None:
+    args = [f"--env={GAMES}:MixedActionsGame", f"--train_dir={train_dir}", "--experiment=mixed"]
     result = run_script("train_appo.py", args, timeout=60)
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1, result.stdout[-3000:]
-    assert lines[0].startswith(f"error: --env={GAMES}:UnequalSpacesGame: agent 'c' has spaces"), lines
+    assert lines[0].startswith(f"error: --env={GAMES}:MixedActionsGame: agent 'c' has actions Box"), lines
+
+
+@needs_pettingzoo
+def test_agents_of_three_kinds_train_as_one_padded_policy_and_play_their_games(train_dir: Path) -> None:
+    # mpe2's world_comm: a leader adversary (34 values, 20 actions), three adversaries (34, 5) and two good agents
+    # (28, 5): one policy over rows of 34 + 3 values and 20 actions.
+    env = "--env=mpe2.simple_world_comm_v3:parallel_env"
+    flags = [env, "--num_workers=1", "--num_envs_per_worker=2", "--rollout=25", "--batch_size=300"]
+    exp = train(train_dir, "world", *flags, "--train_for_env_steps=6000", "--value_bootstrap=False")
+    assert list_checkpoints(exp / "checkpoint_p0")
+    acc = EventAccumulator(str(exp / "summaries" / "0"))
+    acc.Reload()
+    agents = {tag.split("/")[1] for tag in acc.Tags()["scalars"] if tag.startswith("episode_by_agent/")}
+    assert agents == {"leadadversary_0", "adversary_0", "adversary_1", "adversary_2", "agent_0", "agent_1"}
+    policy = appo.load_policy(exp)
+    game = policy.make_env()
+    assert game.observation_space.shape == (34 + 3,) and game.action_space.n == 20
+    returns = policy.evaluate(game, episodes=2, seed=7)
+    game.close()
+    assert len(returns) == 2 and all(math.isfinite(r) for r in returns), returns

@@ -131,6 +131,13 @@ class UnequalSpacesGame(LeaveJoinGame):
         return spaces.Discrete(4) if agent == "c" else ACTIONS
 
 
+class MixedActionsGame(LeaveJoinGame):
+    """Agent "c" acts with a Box, the others with Discrete actions: no one action space pads both."""
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(-1.0, 1.0, (2,), np.float32) if agent == "c" else ACTIONS
+
+
 def missing_agent_game(**kwargs: Any) -> BrokenGame:
     return BrokenGame("missing", **kwargs)
 

@@ -19,7 +19,7 @@ from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.sampling.agent_split import AgentEnvRunner
 from appo.sampling.split_envs import FinishedEpisode
-from tests.support.agent_games import AGENTS, BrokenGame, LeaveJoinGame, UnequalSpacesGame
+from tests.support.agent_games import AGENTS, BrokenGame, LeaveJoinGame, MixedActionsGame, UnequalSpacesGame
 
 K = len(AGENTS)
 ROW = {agent: j for j, agent in enumerate(AGENTS)}
@@ -211,10 +211,23 @@ def test_spaces_changed_after_start_are_refused_naming_the_agent() -> None:
     assert "\n" not in str(raised.value)
 
 
-def test_agents_with_different_spaces_are_refused_at_construction_naming_the_agent() -> None:
-    with pytest.raises(AgentEnvError, match=r"--env=unequal: agent 'c' has spaces .*Discrete\(4\)") as raised:
-        AgentEnv(UnequalSpacesGame(), "unequal")
-    assert "\n" not in str(raised.value)
+def test_agents_whose_actions_cannot_be_padded_to_one_space_are_refused_naming_the_agent() -> None:
+    with pytest.raises(AgentEnvError, match=r"--env=mixed: agent 'c' has actions Box\(-1.0, 1.0, \(2,\)") as raised:
+        AgentEnv(MixedActionsGame(), "mixed")
+    assert "\n" not in str(raised.value) and "Discrete actions (from 0) or all 1-D Box actions" in str(raised.value)
+
+
+def test_agents_with_different_action_spaces_play_through_one_padded_space() -> None:
+    env = AgentEnv(UnequalSpacesGame(), "unequal")
+    # Two kinds of agent ("a" and "b" with 3 actions, "c" with 4): the observation is the game's 4 values, then the
+    # kind one-hot; actions come from the larger space, "a"'s 3 (past its range) taken as its action 0.
+    assert env.action_space == spaces.Discrete(4) and env.observation_space.shape == (4 + 2,)
+    obs, active = env.reset(seed=0)
+    np.testing.assert_array_equal(obs[:2], [[0, 0, -1, 0, 1, 0], [0, 1, -1, 0, 1, 0]])
+    assert not obs[2].any() and active.tolist() == [True, True, False]
+    obs, rewards, *_ = env.step(np.array([3, 2, 0]), active)
+    assert obs[0, 2] == 0 and obs[1, 2] == 2 and rewards.tolist() == [0.25, 3.25, 0.0]
+    assert obs[2].tolist() == [1, 2, -1, 0, 0, 1]  # "c" joined after the first step: its kind is the second
 
 
 def test_agent_env_rows_follow_possible_agents_with_inactive_rows_zero() -> None:

@@ -1,0 +1,126 @@
+"""One observation space and one action space for every agent of a multi-agent env, what one policy (or a population)
+over all of a game's rows needs.
+
+Agents with the same spaces keep them (a Discrete observation becomes its one-hot Box). Agents with different
+spaces are padded to one, the recipe of parameter sharing over heterogeneous agents (Terry et al. 2020, "Revisiting
+parameter sharing in multi-agent deep RL"; PettingZoo's SuperSuit wrappers do the same), rather than grouped with a
+policy each: one policy then still serves every row, so self-play, a population mixed within games and the pool of
+past selves work unchanged, and every row of the trajectory tensors keeps one shape.
+
+- Observations: each agent's observation flattened (a Discrete one one-hot), zeros after it up to the longest, then a
+  one-hot of the agent's kind (its pair of spaces, numbered by first appearance in `possible_agents`), so that the
+  policy knows which agent it plays: a float32 Box of width max(flat size) + kinds. Dict observations cannot be
+  padded (one-line error).
+- Actions: Discrete spaces (starting at 0) become the largest, an action past an agent's own range being its action
+  0; 1-D Box spaces become the longest, an agent taking the first entries of the action, clipped to its own bounds
+  (the padded entries' bounds are -1..1 where no agent has them). Discrete and Box actions in one env: one-line error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class AgentEnvError(RuntimeError):
+    """A multi-agent env broke its contract, or its agents' spaces cannot be made one; the message names the agent
+    (one line)."""
+
+
+class SharedSpaces:
+    """`observation_space` and `action_space` of every row, with `write_obs` and `env_action` converting one agent's
+    observation and action between its own spaces and the shared ones (see the module docstring)."""
+
+    def __init__(self, obs_spaces: dict[str, gym.Space], act_spaces: dict[str, gym.Space], name: str = "") -> None:
+        self.obs_spaces, self.act_spaces, self.name = obs_spaces, act_spaces, name
+        agents = list(obs_spaces)
+        pairs: list[tuple[gym.Space, gym.Space]] = []
+        self.kind: dict[str, int] = {}
+        for agent in agents:
+            pair = (obs_spaces[agent], act_spaces[agent])
+            if pair not in pairs:
+                pairs.append(pair)
+            self.kind[agent] = pairs.index(pair)
+        self.kinds = len(pairs)
+        self.padded = self.kinds > 1
+        first = agents[0]
+        if not self.padded:
+            raw = obs_spaces[first]
+            if isinstance(raw, gym.spaces.Dict):
+                raise AgentEnvError(f"--env={name}: Dict observations are supported for single-agent envs only")
+            self.observation_space: gym.Space = (
+                gym.spaces.Box(0.0, 1.0, (int(raw.n),), np.float32) if isinstance(raw, gym.spaces.Discrete) else raw
+            )
+            self.action_space: gym.Space = act_spaces[first]
+            return
+        self.flat = {agent: self._flat_size(agent) for agent in agents}
+        self.width = max(self.flat.values())
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.width + self.kinds,), np.float32)
+        self.action_space = self._padded_action_space(agents)
+
+    def _flat_size(self, agent: str) -> int:
+        space = self.obs_spaces[agent]
+        if isinstance(space, gym.spaces.Discrete):
+            return int(space.n)
+        if isinstance(space, gym.spaces.Box):
+            return int(np.prod(space.shape))
+        raise AgentEnvError(
+            f"--env={self.name}: agent {agent!r} has observations {space}: agents with different spaces are padded "
+            "to one, which needs Box or Discrete observations"
+        )
+
+    def _padded_action_space(self, agents: list[str]) -> gym.Space:
+        spaces = [self.act_spaces[a] for a in agents]
+        if all(isinstance(s, gym.spaces.Discrete) and int(s.start) == 0 for s in spaces):
+            return gym.spaces.Discrete(max(int(s.n) for s in spaces))
+        if all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 for s in spaces):
+            size = max(s.shape[0] for s in spaces)
+            low, high = np.full(size, np.inf, np.float32), np.full(size, -np.inf, np.float32)
+            for s in spaces:
+                n = s.shape[0]
+                low[:n], high[:n] = np.minimum(low[:n], s.low), np.maximum(high[:n], s.high)
+            low[np.isinf(low)], high[np.isinf(high)] = -1.0, 1.0  # entries no agent has
+            return gym.spaces.Box(low, high, (size,), np.float32)
+        odd = next((a for a in agents if not _paddable_action(self.act_spaces[a])), None)
+        odd = odd or next(a for a in agents if type(self.act_spaces[a]) is not type(spaces[0]))
+        raise AgentEnvError(
+            f"--env={self.name}: agent {odd!r} has actions {self.act_spaces[odd]} and agent {agents[0]!r} "
+            f"{self.act_spaces[agents[0]]}: agents with different spaces are padded to one, which needs all "
+            "Discrete actions (from 0) or all 1-D Box actions"
+        )
+
+    def write_obs(self, agent: str, value: Any, row: np.ndarray) -> None:
+        """Agent `agent`'s observation into its (zeroed) row of the shared observation space."""
+        space = self.obs_spaces[agent]
+        if not self.padded:
+            if isinstance(space, gym.spaces.Discrete):
+                row[int(value) - int(space.start)] = 1.0
+            else:
+                row[...] = value
+            return
+        if isinstance(space, gym.spaces.Discrete):
+            row[int(value) - int(space.start)] = 1.0
+        else:
+            row[: self.flat[agent]] = np.asarray(value, dtype=np.float32).reshape(-1)
+        row[self.width + self.kind[agent]] = 1.0
+
+    def env_action(self, agent: str, action: np.ndarray) -> Any:
+        """A row's action as agent `agent` takes it: an int for Discrete, the float vector for Box."""
+        action = np.asarray(action)
+        if action.dtype.kind in "iu":
+            value = int(action.reshape(-1)[0])
+            if self.padded and value >= int(self.act_spaces[agent].n):
+                return 0
+            return value
+        if not self.padded:
+            return action
+        own = self.act_spaces[agent]
+        return np.clip(action.reshape(-1)[: own.shape[0]], own.low, own.high).astype(own.dtype)
+
+
+def _paddable_action(space: gym.Space) -> bool:
+    return (isinstance(space, gym.spaces.Discrete) and int(space.start) == 0) or (
+        isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+    )
