@@ -52,6 +52,7 @@ class Driver:
         self.interrupted_at: float | None = None
         self.eval_interval = evaluation_interval(cfg)
         self.next_eval = [self.eval_interval] * cfg.num_policies
+        self.eval_rescheduled = [False] * cfg.num_policies  # a resumed policy's next_eval moved past its checkpoint
         self.eval_pending = [False] * cfg.num_policies
         self.pbt = PbtController(cfg, exp_dir)
         # Message type -> what the driver does with it besides statistics (Stats.on_report takes every report).
@@ -88,8 +89,9 @@ class Driver:
         for pid, p in enumerate(self.stats.policies):
             if p.resumed and not p.reported:
                 continue  # the checkpoint's env steps are not known yet (and its weights were evaluated before)
-            if p.resumed and self.next_eval[pid] == self.eval_interval:  # the first due one after the checkpoint's
+            if p.resumed and not self.eval_rescheduled[pid]:  # the first due one after the checkpoint's steps
                 self.next_eval[pid] = (p.env_steps // self.eval_interval + 1) * self.eval_interval
+                self.eval_rescheduled[pid] = True
             if self.eval_pending[pid] or not (force or p.env_steps >= self.next_eval[pid]):
                 continue
             last = p.last_eval
