@@ -39,23 +39,26 @@ def _from_class_path(name: str, kwargs: dict[str, Any]) -> gym.Env:
     return env_cls(**kwargs)
 
 
-def make_env(name: str, max_episode_steps: int = 0, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
+def make_env(
+    name: str, max_episode_steps: int = 0, render_mode: str | None = None, agent_ids: bool = False, **kwargs: Any
+) -> gym.Env:
     """Build the env called `name`. `max_episode_steps` > 0 overrides the env's own time limit. A multi-agent env
-    (PettingZoo's Parallel API) comes back as an `AgentEnv` (appo/envs/multi_agent.py): a row per agent. An env
-    with a Dict observation space comes back wrapped in `PackDictObs` (appo/envs/packed_obs.py): one uint8 array
-    per observation, which the model takes apart again."""
-    env = _make_env(name, max_episode_steps, render_mode, **kwargs)
+    (PettingZoo's Parallel API) comes back as an `AgentEnv` (appo/envs/multi_agent.py): a row per agent, with the
+    agent's one-hot in its observation where `agent_ids` (--obs_agent_id). An env with a Dict observation space comes
+    back wrapped in `PackDictObs` (appo/envs/packed_obs.py): one uint8 array per observation, which the model takes
+    apart again."""
+    env = _make_env(name, max_episode_steps, render_mode, agent_ids, **kwargs)
     return PackDictObs(env, name) if is_dict_obs(env) else env
 
 
-def _make_env(name: str, max_episode_steps: int, render_mode: str | None, **kwargs: Any) -> gym.Env:
+def _make_env(name: str, max_episode_steps: int, render_mode: str | None, agent_ids: bool, **kwargs: Any) -> gym.Env:
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     if name in PROJECT_ENVS:
         # Project constructors apply their own TimeLimit (their default episode length) and take the override.
         limit = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
         env = PROJECT_ENVS[name](**limit, **kwargs)
-        return AgentEnv(env, name) if is_parallel_env(env) else env
+        return AgentEnv(env, name, agent_ids=agent_ids) if is_parallel_env(env) else env
     if name.startswith(ATARI_PREFIXES):
         from appo.envs.atari import atari_env
 
@@ -68,9 +71,9 @@ def _make_env(name: str, max_episode_steps: int, render_mode: str | None, **kwar
     if ":" in name:
         env = _from_class_path(name, kwargs)
         if is_parallel_env(env):  # many agents in one env (a PettingZoo Parallel env): a row per agent
-            return AgentEnv(env, name, max_episode_steps)
+            return AgentEnv(env, name, max_episode_steps, agent_ids)
         if is_sf_multi_agent(env):  # ... or one of Sample Factory's (appo/envs/sf_agents.py)
-            return AgentEnv(SfAgents(env, name), name, max_episode_steps)
+            return AgentEnv(SfAgents(env, name), name, max_episode_steps, agent_ids)
     else:
         try:
             # The passive env checker costs time on every step; envs are checked by tests instead.
@@ -154,7 +157,8 @@ def make_run_env(
     standalone use (the meta-test, enjoy.py) and sets the trial length. `training`: the actor workers' envs, which
     take the run's training-only settings (Atari's --episodic_life). `cfg` is an appo Cfg."""
     kwargs = env_kwargs(cfg) | training_kwargs(cfg, training)
-    env = make_env(cfg.env, max_episode_steps=cfg.max_episode_steps, render_mode=render_mode, **kwargs)
+    agent_ids = bool(getattr(cfg, "obs_agent_id", False))
+    env = make_env(cfg.env, cfg.max_episode_steps, render_mode, agent_ids, **kwargs)
     env = _reward_conditioning(cfg, env)
     if cfg.task_schedule == "none":
         return env

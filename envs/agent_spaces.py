@@ -14,6 +14,11 @@ past selves work unchanged, and every row of the trajectory tensors keeps one sh
 - Actions: Discrete spaces (starting at 0) become the largest, an action past an agent's own range being its action
   0; 1-D Box spaces become the longest, an agent taking the first entries of the action, clipped to its own bounds
   (the padded entries' bounds are -1..1 where no agent has them). Discrete and Box actions in one env: one-line error.
+
+`--obs_agent_id` (any multi-agent env with flat observations) appends a one-hot of the agent's row to every
+observation, after the rest: agents that share a policy can then take roles by index (EPyMARL's `obs_agent_id`),
+which symmetric observations alone do not allow (mpe2's simple_spread lists the landmarks in one order for every
+agent, so "agent k covers landmark k" needs k).
 """
 
 from __future__ import annotations
@@ -33,9 +38,16 @@ class SharedSpaces:
     """`observation_space` and `action_space` of every row, with `write_obs` and `env_action` converting one agent's
     observation and action between its own spaces and the shared ones (see the module docstring)."""
 
-    def __init__(self, obs_spaces: dict[str, gym.Space], act_spaces: dict[str, gym.Space], name: str = "") -> None:
+    def __init__(
+        self,
+        obs_spaces: dict[str, gym.Space],
+        act_spaces: dict[str, gym.Space],
+        name: str = "",
+        agent_ids: bool = False,
+    ) -> None:
         self.obs_spaces, self.act_spaces, self.name = obs_spaces, act_spaces, name
         agents = list(obs_spaces)
+        self.index = {agent: i for i, agent in enumerate(agents)}
         pairs: list[tuple[gym.Space, gym.Space]] = []
         self.kind: dict[str, int] = {}
         for agent in agents:
@@ -54,11 +66,23 @@ class SharedSpaces:
                 gym.spaces.Box(0.0, 1.0, (int(raw.n),), np.float32) if isinstance(raw, gym.spaces.Discrete) else raw
             )
             self.action_space: gym.Space = act_spaces[first]
-            return
-        self.flat = {agent: self._flat_size(agent) for agent in agents}
-        self.width = max(self.flat.values())
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.width + self.kinds,), np.float32)
-        self.action_space = self._padded_action_space(agents)
+        else:
+            self.flat = {agent: self._flat_size(agent) for agent in agents}
+            self.width = max(self.flat.values())
+            self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.width + self.kinds,), np.float32)
+            self.action_space = self._padded_action_space(agents)
+        self.agent_ids = agent_ids
+        if agent_ids:  # --obs_agent_id: the agent's one-hot after the rest
+            base = self.observation_space
+            if len(base.shape) != 1:
+                raise AgentEnvError(
+                    f"--obs_agent_id: agent {first!r} of --env={name} has observations of shape {base.shape}; "
+                    "an agent's one-hot is appended to flat (1-D) observations only"
+                )
+            self.id_at = base.shape[0]
+            low = np.concatenate([np.broadcast_to(base.low, base.shape), np.zeros(len(agents))]).astype(np.float32)
+            high = np.concatenate([np.broadcast_to(base.high, base.shape), np.ones(len(agents))]).astype(np.float32)
+            self.observation_space = gym.spaces.Box(low, high, (self.id_at + len(agents),), np.float32)
 
     def _flat_size(self, agent: str) -> int:
         space = self.obs_spaces[agent]
@@ -94,17 +118,17 @@ class SharedSpaces:
     def write_obs(self, agent: str, value: Any, row: np.ndarray) -> None:
         """Agent `agent`'s observation into its (zeroed) row of the shared observation space."""
         space = self.obs_spaces[agent]
-        if not self.padded:
-            if isinstance(space, gym.spaces.Discrete):
-                row[int(value) - int(space.start)] = 1.0
-            else:
-                row[...] = value
-            return
+        if self.agent_ids:
+            row[self.id_at + self.index[agent]] = 1.0
+            row = row[: self.id_at]
         if isinstance(space, gym.spaces.Discrete):
             row[int(value) - int(space.start)] = 1.0
-        else:
+        elif self.padded:
             row[: self.flat[agent]] = np.asarray(value, dtype=np.float32).reshape(-1)
-        row[self.width + self.kind[agent]] = 1.0
+        else:
+            row[...] = value
+        if self.padded:
+            row[self.width + self.kind[agent]] = 1.0
 
     def env_action(self, agent: str, action: np.ndarray) -> Any:
         """A row's action as agent `agent` takes it: an int for Discrete, the float vector for Box."""

@@ -44,11 +44,12 @@ def is_parallel_env(env: Any) -> bool:
 
 
 class AgentEnv:
-    """A Parallel env with a row per possible agent (see the module docstring). `name`: the --env value."""
+    """A Parallel env with a row per possible agent (see the module docstring). `name`: the --env value; `agent_ids`:
+    --obs_agent_id (envs/agent_spaces.py)."""
 
     is_multi_agent = True
 
-    def __init__(self, env: Any, name: str = "", max_episode_steps: int = 0) -> None:
+    def __init__(self, env: Any, name: str = "", max_episode_steps: int = 0, agent_ids: bool = False) -> None:
         self.env, self.name = env, name
         self.max_episode_steps, self.steps = int(max_episode_steps), 0
         self.games_started = 0  # resets so far: which agent a policy plays against a scripted opponent
@@ -59,7 +60,7 @@ class AgentEnv:
         obs_spaces = {a: env.observation_space(a) for a in self.agents}
         act_spaces = {a: env.action_space(a) for a in self.agents}
         self.raw_spaces = {a: (obs_spaces[a], act_spaces[a]) for a in self.agents}
-        self.spaces = SharedSpaces(obs_spaces, act_spaces, name)
+        self.spaces = SharedSpaces(obs_spaces, act_spaces, name, agent_ids)
         self.observation_space: gym.Space = self.spaces.observation_space
         self.action_space = self.spaces.action_space
         self.obs_shape = self.observation_space.shape

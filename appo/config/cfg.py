@@ -18,6 +18,7 @@ from typing import Any
 
 from appo.config.algorithms import ALGORITHMS, Traits, algorithm_defaults, flag_groups, traits_of
 from appo.config.flags import flag as _f
+from appo.config.multi_agent import MultiAgentCfg
 
 
 @dataclass
@@ -177,21 +178,6 @@ class EvalCfg:
 
 
 @dataclass
-class SelfPlayCfg:
-    selfplay_pool: int = _f(
-        0, "multi-agent envs: frozen past snapshots of each policy kept as opponents; 0: agents play the policy itself"
-    )
-    selfplay_snapshot_every: int = _f(200, "learner versions (train/version) between snapshots into the pool")
-    selfplay_pool_prob: float = _f(0.5, "share of games whose opponents are a pool snapshot (once the pool has one)")
-    selfplay_pool_keep: str = _f(
-        "recent",
-        "which snapshots a full pool keeps: recent (the last --selfplay_pool; a new one replaces the oldest) or "
-        "spread (spaced over the whole run: a new one replaces the snapshot whose loss leaves the smallest gap, "
-        "never the first)",
-    )
-
-
-@dataclass
 class PbtCfg:
     with_pbt: bool = _f(False, "population-based training of the --num_policies policies")
     pbt_period_env_steps: int = _f(5_000_000, "a policy's env steps between its PBT decisions")
@@ -235,7 +221,7 @@ class Cfg(
     ModelCfg,
     MetaCfg,
     EvalCfg,
-    SelfPlayCfg,
+    MultiAgentCfg,
     PbtCfg,
     RayCfg,
     TrackingCfg,
@@ -267,7 +253,7 @@ GROUPS: list[tuple[str, type]] = [
     ("model", ModelCfg),
     ("meta", MetaCfg),
     ("evaluation", EvalCfg),
-    ("self-play", SelfPlayCfg),
+    ("multi-agent", MultiAgentCfg),
     ("population-based training", PbtCfg),
     ("ray", RayCfg),
     ("experiment tracking", TrackingCfg),

@@ -73,3 +73,20 @@ def test_what_cannot_be_padded_is_one_line_naming_the_agent(obs, acts, said) -> 
         SharedSpaces(obs, acts, "game")
     message = str(raised.value)
     assert message.startswith(f"--env=game: agent {said}") and "\n" not in message, message
+
+
+def test_agent_ids_append_each_agents_one_hot_after_its_observation() -> None:
+    acts = {a: spaces.Discrete(2) for a in "abc"}
+    same = SharedSpaces({a: BOX3 for a in "abc"}, acts, agent_ids=True)
+    assert same.observation_space.shape == (3 + 3,) and same.observation_space.dtype == np.float32
+    assert same.observation_space.low.tolist() == [-5, -5, -5, 0, 0, 0]
+    rows = np.zeros((3, 6), np.float32)
+    for i, agent in enumerate("abc"):
+        same.write_obs(agent, np.full(3, i + 1, np.float32), rows[i])
+    np.testing.assert_array_equal(rows, [[1, 1, 1, 1, 0, 0], [2, 2, 2, 0, 1, 0], [3, 3, 3, 0, 0, 1]])
+    padded = SharedSpaces({"a": BOX3, "b": CELL}, {"a": spaces.Discrete(2), "b": spaces.Discrete(2)}, agent_ids=True)
+    row = np.zeros(5 + 2 + 2, np.float32)
+    padded.write_obs("b", 2, row)
+    assert padded.observation_space.shape == (9,) and row.tolist() == [0, 1, 0, 0, 0, 0, 1, 0, 1]
+    with pytest.raises(AgentEnvError, match=r"^--obs_agent_id: agent 'a' of --env=g has observations of shape"):
+        SharedSpaces({"a": GRID, "b": GRID}, {"a": spaces.Discrete(2), "b": spaces.Discrete(2)}, "g", agent_ids=True)
