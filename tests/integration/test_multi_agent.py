@@ -229,3 +229,24 @@ def test_agents_of_three_kinds_train_as_one_padded_policy_and_play_their_games(t
     returns = policy.evaluate(game, episodes=2, seed=7)
     game.close()
     assert len(returns) == 2 and all(math.isfinite(r) for r in returns), returns
+
+
+@needs_pettingzoo
+def test_obs_agent_id_gives_each_agent_its_one_hot_through_training_and_evaluation(train_dir: Path) -> None:
+    exp = train(
+        train_dir,
+        "ids",
+        *RPS,
+        "--num_workers=1",
+        "--num_envs_per_worker=4",
+        "--train_for_env_steps=6000",
+        "--obs_agent_id",
+    )
+    policy = appo.load_policy(exp)
+    game = policy.make_env()
+    obs, active = game.reset(seed=3)
+    # rps_v2: a Discrete(4) observation (one-hot), then the agent's one-hot of 2.
+    assert game.observation_space.shape == (4 + 2,) and active.all()
+    assert obs[:, 4:].tolist() == [[1, 0], [0, 1]] and obs[:, :4].sum(axis=1).tolist() == [1, 1]
+    assert len(policy.evaluate(game, episodes=2, seed=5)) == 2
+    game.close()

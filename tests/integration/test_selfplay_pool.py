@@ -91,9 +91,15 @@ def test_a_run_plays_its_pool_saves_it_and_a_resumed_run_goes_on_from_it(train_d
     [
         (["--env=CartPole-v1", "--selfplay_pool=2"], "error: --selfplay_pool=2: needs a multi-agent env"),
         (["--env=paddle_duel", "--selfplay_pool=2", "--selfplay_pool_prob=1.5"], "error: --selfplay_pool_prob=1.5"),
+        (
+            ["--env=CartPole-v1", "--obs_agent_id"],
+            "error: --obs_agent_id: needs a multi-agent env (--env=CartPole-v1 has one agent)",
+        ),
     ],
 )
-def test_bad_pool_flags_are_refused_before_the_run_with_one_line(train_dir: Path, args: list[str], line: str) -> None:
+def test_bad_multi_agent_flags_are_refused_before_the_run_with_one_line(
+    train_dir: Path, args: list[str], line: str
+) -> None:
     result = run_script("train_appo.py", [*args, f"--train_dir={train_dir}", "--experiment=bad"], timeout=60)
     lines = [text for text in result.stdout.splitlines() if text.strip()]
     assert result.returncode == 2 and len(lines) == 1, result.stdout[-3000:]
