@@ -48,8 +48,8 @@ def train(train_dir: Path, experiment: str, *args: str, timeout: float = 120) ->
 def check_rps(exp: Path, steps: int, reported: float) -> None:
     """Every agent's episode is its whole game (15 rounds), counted once: the episodes reported account for at most
     the env steps (agent steps) and the rollouts collected ahead of training, and for at least the share
-    `reported` of them (the games still running at the end and the episodes of the last second, which the serial
-    and Ray backends do not send at the stop, are missing)."""
+    `reported` of them (the games still running at the end and, on Ray, the episodes of the last second, which its
+    actors do not send at the stop, are missing)."""
     summaries = exp / "summaries" / "0"
     last_step, version = scalars(summaries, "train/version")[-1]
     assert last_step >= steps and version >= 10
