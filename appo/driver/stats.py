@@ -22,6 +22,16 @@ EVENT_PREFIX = "greedy/"
 PERF_KEYS = {"dropped_trajectories"}.union(*(spec.traits.perf_keys for spec in ALGORITHMS.values()))
 
 
+def agent_groups(agents: list[str]) -> dict[str, list[str]]:
+    """Agents grouped as PettingZoo names them: the name less a trailing `_<number>` (`adversary_0`, `adversary_1`
+    -> `adversary`)."""
+    groups: dict[str, list[str]] = {}
+    for agent in agents:
+        head, _, tail = agent.rpartition("_")
+        groups.setdefault(head if head and tail.isdigit() else agent, []).append(agent)
+    return groups
+
+
 class PolicyStats:
     def __init__(self) -> None:
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
@@ -237,6 +247,10 @@ class SummaryWriters:
             writer.add_scalar(f"episode_by_task/{bucket}", sum(values) / len(values), step)
         for agent, values in p.by_agent.items():
             writer.add_scalar(f"episode_by_agent/{agent}", sum(values) / len(values), step)
+        groups = agent_groups(list(p.by_agent))
+        for group, agents in groups.items() if len(groups) > 1 else ():
+            values = [v for agent in agents for v in p.by_agent[agent]]
+            writer.add_scalar(f"episode_by_group/{group}", sum(values) / len(values), step)
         if p.pool_returns:  # self-play: the policy's last games against its pool of past selves
             writer.add_scalar("selfplay/pool_return_mean", sum(p.pool_returns) / len(p.pool_returns), step)
             wins = sum(r > 0 for r in p.pool_returns) / len(p.pool_returns)

@@ -223,6 +223,8 @@ def test_agents_of_three_kinds_train_as_one_padded_policy_and_play_their_games(t
     acc.Reload()
     agents = {tag.split("/")[1] for tag in acc.Tags()["scalars"] if tag.startswith("episode_by_agent/")}
     assert agents == {"leadadversary_0", "adversary_0", "adversary_1", "adversary_2", "agent_0", "agent_1"}
+    groups = {tag.split("/")[1] for tag in acc.Tags()["scalars"] if tag.startswith("episode_by_group/")}
+    assert groups == {"leadadversary", "adversary", "agent"}
     policy = appo.load_policy(exp)
     game = policy.make_env()
     assert game.observation_space.shape == (34 + 3,) and game.action_space.n == 20

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appo.driver.stats import Stats, SummaryWriters
+from appo.driver.stats import Stats, SummaryWriters, agent_groups
 from appo.protocol.messages import EvalReport, TrainReport
 from appo.tools.plot import load_events, scalar_series
 
@@ -54,3 +54,14 @@ def test_a_resumed_runs_fps_counts_only_the_steps_of_this_session(tmp_path):
     stats.sample(now=20.0)
     assert stats.fps(60) == 2_000.0
     assert "ETA 39.0 min" in stats.status_line(20.0, target_steps=10_000_000)
+
+
+def test_agents_group_by_their_name_less_its_number() -> None:
+    names = ["leadadversary_0", "adversary_0", "adversary_1", "agent_0", "agent_1", "player", "red_team"]
+    assert agent_groups(names) == {
+        "leadadversary": ["leadadversary_0"],
+        "adversary": ["adversary_0", "adversary_1"],
+        "agent": ["agent_0", "agent_1"],
+        "player": ["player"],
+        "red_team": ["red_team"],
+    }
