@@ -141,6 +141,10 @@ class RayActorWorker:
             "parked": not worker.pending,
         }
 
+    def final_reports(self) -> list:
+        """The episodes finished since the last report, at the run's end (as a local actor's last report)."""
+        return [] if self.worker is None else self.worker.reports(force=True)
+
     def _push(self, msg: TrajectoryReady) -> None:
         """The transitions of the trajectories `msg` hands over, to the next replay shard (one call)."""
         envs = range(msg.num_envs) if msg.envs is None else msg.envs

@@ -266,6 +266,8 @@ class RayBackend(LocalBackend):
         """Actors first (killed: what they hold is at most one rollout), then LocalBackend's order; then Ray
         itself, when this run started it."""
         try:
+            if not driver.interrupted and not driver.errors:
+                driver.on_messages(self.final_reports())
             self.kill_actors()
             super().stop(driver)  # the learners' final checkpoints (with --save_replay, the shards' rows)
             if self.shards:
@@ -276,6 +278,26 @@ class RayBackend(LocalBackend):
         finally:
             self.kill_shards()
             self.disconnect()
+
+    def final_reports(self, timeout: float = 5.0) -> list[Any]:
+        """Each running actor's last episode report (behind the collect calls it has queued, about a second each),
+        as local actor workers send theirs at the stop; an actor that does not answer within `timeout` is skipped."""
+        import ray
+
+        collecting = [ref for s in self.actors for ref in s.in_flight]
+        refs = [s.handle.final_reports.remote() for s in self.actors if s.started is None and s.start_at is None]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout) if refs else ([], [])
+        # An actor answers in order: the collect calls queued before its last report are done by now (their
+        # trajectories stay untrained, as at any stop; their episodes are reported).
+        done = ray.wait(collecting, num_returns=len(collecting), timeout=0)[0] if collecting else []
+        out: list[Any] = []
+        for ref in [*done, *ready]:
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError:  # died at the end: its last episodes are lost, not the run
+                continue
+            out += result.get("reports", []) if isinstance(result, dict) else result
+        return out
 
     def kill_actors(self) -> None:
         import ray
