@@ -139,13 +139,18 @@ def fsync_dir(directory: Path) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file, fsync and a rename: a crash or a power cut leaves the old
+    """`write_bytes_atomic` of `text` in UTF-8."""
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file, fsync and a rename: a crash or a power cut leaves the old
     file or the new one, never an empty or partial one; a failed write leaves no temporary file."""
     path = Path(path)
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from appo.utils.paths import write_bytes_atomic
 
 FORMAT, VERSION = "appo-policy", 1
 
@@ -29,7 +30,7 @@ class PolicyFileError(ValueError):
 def write_policy_file(
     path: str | Path, meta: dict[str, Any], state: dict[str, np.ndarray], arrays: dict[str, np.ndarray]
 ) -> Path:
-    """Write `meta` (JSON-able), `state` and other `arrays` to `path` atomically (temp file, then rename)."""
+    """Write `meta` (JSON-able), `state` and other `arrays` to `path` atomically (temp file, fsync, rename)."""
     path = Path(path)
     payload = {"__meta__": np.frombuffer(json.dumps({"format": FORMAT, "version": VERSION, **meta}).encode(), np.uint8)}
     payload.update({f"state/{k}": np.asarray(v) for k, v in state.items()})
@@ -37,16 +38,7 @@ def write_policy_file(
     buffer = io.BytesIO()
     np.savez(buffer, **payload)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(buffer.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, buffer.getvalue())
     return path
 
 
