@@ -48,6 +48,10 @@ class SharedSpaces:
         self.obs_spaces, self.act_spaces, self.name = obs_spaces, act_spaces, name
         agents = list(obs_spaces)
         self.index = {agent: i for i, agent in enumerate(agents)}
+        # Read at every step (write_obs): each agent's Discrete start where its observations are one-hot, else None.
+        self.one_hot_start = {
+            a: int(space.start) if isinstance(space, gym.spaces.Discrete) else None for a, space in obs_spaces.items()
+        }
         pairs: list[tuple[gym.Space, gym.Space]] = []
         self.kind: dict[str, int] = {}
         for agent in agents:
@@ -117,12 +121,12 @@ class SharedSpaces:
 
     def write_obs(self, agent: str, value: Any, row: np.ndarray) -> None:
         """Agent `agent`'s observation into its (zeroed) row of the shared observation space."""
-        space = self.obs_spaces[agent]
         if self.agent_ids:
             row[self.id_at + self.index[agent]] = 1.0
             row = row[: self.id_at]
-        if isinstance(space, gym.spaces.Discrete):
-            row[int(value) - int(space.start)] = 1.0
+        start = self.one_hot_start[agent]
+        if start is not None:
+            row[int(value) - start] = 1.0
         elif self.padded:
             row[: self.flat[agent]] = np.asarray(value, dtype=np.float32).reshape(-1)
         else:

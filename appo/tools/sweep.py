@@ -273,10 +273,14 @@ def first_bad_configuration(grid: dict[str, list[Any]], train_flags: list[str]) 
     """What train_appo.py's parser would refuse in one of the grid's configurations (a key that is no flag, a value
     of the wrong type) or in the flags after --, as one line; None when every run's command line parses. Found here,
     before any run starts, not once per run."""
+    from dataclasses import fields
+
+    from appo.config.cfg import Cfg
     from appo.config.cfg import build_parser as train_parser
 
     parser = train_parser()
-    unknown = [k for k in grid if f"--{k}" not in parser._option_string_actions]
+    names = {f.name for f in fields(Cfg)}
+    unknown = [k for k in grid if k not in names]
     if unknown:
         return f"--grid: {', '.join(unknown)}: not a flag of train_appo.py (python train_appo.py --help lists them)"
     for config in [{}, *configs(grid)]:
