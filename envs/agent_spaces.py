@@ -12,8 +12,8 @@ past selves work unchanged, and every row of the trajectory tensors keeps one sh
   policy knows which agent it plays: a float32 Box of width max(flat size) + kinds. Dict observations cannot be
   padded (one-line error).
 - Actions: Discrete spaces (starting at 0) become the largest, an action past an agent's own range being its action
-  0; 1-D Box spaces become the longest, an agent taking the first entries of the action, clipped to its own bounds
-  (the padded entries' bounds are -1..1 where no agent has them). Discrete and Box actions in one env: one-line error.
+  0; 1-D Box spaces become the longest (each entry's bounds the widest of the agents that have it), an agent taking
+  the first entries of the action, clipped to its own bounds. Discrete and Box actions in one env: one-line error.
 
 `--obs_agent_id` (any multi-agent env with flat observations) appends a one-hot of the agent's row to every
 observation, after the rest: agents that share a policy can then take roles by index (EPyMARL's `obs_agent_id`),
@@ -105,11 +105,11 @@ class SharedSpaces:
             return gym.spaces.Discrete(max(int(s.n) for s in spaces))
         if all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 for s in spaces):
             size = max(s.shape[0] for s in spaces)
+            # Every entry is the longest space's, so each gets bounds (an unbounded one stays unbounded).
             low, high = np.full(size, np.inf, np.float32), np.full(size, -np.inf, np.float32)
             for s in spaces:
                 n = s.shape[0]
                 low[:n], high[:n] = np.minimum(low[:n], s.low), np.maximum(high[:n], s.high)
-            low[np.isinf(low)], high[np.isinf(high)] = -1.0, 1.0  # entries no agent has
             return gym.spaces.Box(low, high, (size,), np.float32)
         odd = next((a for a in agents if not _paddable_action(self.act_spaces[a])), None)
         odd = odd or next(a for a in agents if type(self.act_spaces[a]) is not type(spaces[0]))

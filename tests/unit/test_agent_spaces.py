@@ -90,3 +90,10 @@ def test_agent_ids_append_each_agents_one_hot_after_its_observation() -> None:
     assert padded.observation_space.shape == (9,) and row.tolist() == [0, 1, 0, 0, 0, 0, 1, 0, 1]
     with pytest.raises(AgentEnvError, match=r"^--obs_agent_id: agent 'a' of --env=g has observations of shape"):
         SharedSpaces({"a": GRID, "b": GRID}, {"a": spaces.Discrete(2), "b": spaces.Discrete(2)}, "g", agent_ids=True)
+
+
+def test_an_unbounded_box_action_entry_stays_unbounded_when_padded() -> None:
+    free = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    shared = SharedSpaces({"a": BOX3, "b": BOX3}, {"a": spaces.Box(-1.0, 1.0, (1,), np.float32), "b": free})
+    assert shared.action_space.low.tolist() == [-np.inf, -np.inf]
+    assert shared.action_space.high.tolist() == [np.inf, np.inf]
