@@ -252,6 +252,7 @@ class PPO(Algorithm):
         rank's share of the minibatch."""
         cfg, ranks = self.cfg, self.ranks
         weight = 1.0  # 0: a minibatch with no valid step (every agent of its rows out of its game) teaches nothing
+        keep = None  # [steps] bool: the steps every term averages over (None: all of them)
         if valid is not None and not bool((valid > 0).any()):
             weight = 0.0
         elif valid is not None:  # multi-agent: steps out of the game teach nothing
@@ -273,11 +274,11 @@ class PPO(Algorithm):
         terms |= {"kl": p_stats["approx_kl"], "clip_fraction": p_stats["clip_fraction"]}
         mean = _mean(dist)
         if cfg.bounds_loss_coeff > 0 and self.box is not None and mean is not None:
-            terms["bounds_loss"] = bounds_loss(mean, *self.box)
+            terms["bounds_loss"] = bounds_loss(_kept(mean, keep), *self.box)
         if cfg.kl_loss_coeff > 0:
             # Sample Factory's fixed KL loss (Schulman et al. 2017's "KL penalty"): KL(current || before), which
             # pulls the policy back where a minibatch moved it far, also on steps whose ratio is clipped.
-            terms["kl_loss"] = dist.kl(old_dist if old_dist is not None else dist.frozen()).mean()
+            terms["kl_loss"] = _kept(dist.kl(old_dist if old_dist is not None else dist.frozen()), keep).mean()
         # Each term is a mean over this rank's steps; weighted by its share it is this rank's part of the mean over
         # the whole minibatch (summed over the ranks by DDP for the gradient, by sum_stats for the statistics).
         share = part.n / part.n_global if ranks.is_distributed else 1.0
@@ -364,6 +365,12 @@ def _stand_in(
     zero = {key: value.new_zeros(1, *value.shape[1:]) for key, value in b.items()}
     targets = None if adv_all is None else zero["rewards"]
     return zero, torch.zeros(1, dtype=torch.int64, device=zero["rewards"].device), targets, targets
+
+
+def _kept(x: Tensor, keep: Tensor | None) -> Tensor:
+    """The rows [kept steps, k] of per-step values `x` (the minibatch's steps in order, k values each) at the steps
+    in `keep` ([steps] bool; None: every step), so that a term averages over the same steps as the policy loss."""
+    return x if keep is None else x.reshape(keep.numel(), -1)[keep]
 
 
 def _mean(dist: Any) -> Tensor | None:
