@@ -57,10 +57,11 @@ def by_agent(episodes: list[FinishedEpisode]) -> dict[str, list[float]]:
     return out
 
 
-def acting_stream(worker_idx: int, incarnation: int) -> int:
-    """The random stream of an actor worker acting for its own envs: apart from policy worker processes' streams
-    and from its predecessors' (a restarted worker draws new action noise)."""
-    return incarnation_seed(1000 + worker_idx, incarnation)
+def acting_stream(worker_idx: int, incarnation: int, resumed_steps: int = 0) -> int:
+    """The random stream of an actor worker acting for its own envs: apart from policy worker processes' streams,
+    from its predecessors' (a restarted worker draws new action noise) and, in a resumed run (`resumed_steps`: the
+    env steps its checkpoints hold), from the earlier sessions' (a resume does not replay their action noise)."""
+    return incarnation_seed(1000 + worker_idx, incarnation, resumed_steps)
 
 
 REQUEST_TIMEOUT = 10.0  # seconds before an unanswered InferenceRequest is sent again
@@ -251,7 +252,7 @@ def run_actor_worker(
     def body() -> None:
         inference = None
         if params is not None:
-            stream = acting_stream(worker_idx, incarnation)
+            stream = acting_stream(worker_idx, incarnation, derived.resumed_steps)
             inference = make_numpy_inference(cfg, buffers, params, description, control, stream)
         worker = ActorWorker(cfg, derived, worker_idx, buffers, control, incarnation, inference)
         try:

@@ -27,6 +27,7 @@ from appo.protocol.param_sync import ParamStore
 from appo.protocol.processes import component_main
 from appo.protocol.wiring import Queues, policy_queue, send
 from appo.sampling.inference import Inference, actors_act, inference_layout, pass_seed
+from appo.utils.seeding import incarnation_seed
 
 __all__ = ["PolicyWorker", "actors_act", "make_policy_workers", "run_policy_worker"]
 
@@ -49,7 +50,9 @@ class PolicyWorker(Inference):
         control: dict[str, torch.Tensor] | None = None,
         stream: int = 0,
     ) -> None:
-        """`stream` tells apart the random streams of several instances (policy workers, acting actors)."""
+        """`stream` tells apart the random streams of several instances (policy workers, acting actors); a resumed
+        run's (derived.resumed_steps > 0) are its own, so a resume does not replay the earlier sessions' noise."""
+        stream = incarnation_seed(stream, 0, derived.resumed_steps)
         self.device = device
         stores = params if isinstance(params, list) else [params]
         self.models = [make_model(cfg, *spaces).to(device).eval() for _ in stores]
@@ -128,6 +131,9 @@ def run_policy_worker(
     """Process entry point of policy worker `index` of policy `policy_id` (of every policy, given all stores)."""
 
     def body() -> None:
+        # Actions sampled by torch (no --numpy_inference) draw from this process's global generator: a stream of
+        # this worker's own, and of this session's in a resumed run.
+        torch.manual_seed(pass_seed(cfg, policy_id, 0, incarnation_seed(index, 0, derived.resumed_steps)))
         worker = PolicyWorker(cfg, derived, policy_id, buffers, params, spaces, device, control, stream=index)
         slot = policy_id * cfg.policy_workers_per_policy + index
         heartbeat = control["policy_heartbeats"].numpy()[slot : slot + 1]

@@ -69,3 +69,45 @@ def test_a_resumed_run_draws_new_streams_and_the_same_for_the_same_checkpoints()
         assert not np.array_equal(resumed["rng"], other["rng"]), "a resume replays the policy draws"
     assert incarnation_seed(123, 0, 0) == 123 and incarnation_seed(123, 1, 0) == incarnation_seed(123, 1)
     assert len({incarnation_seed(123, k, r) for k in range(3) for r in (0, 1, 5000)}) == 9
+
+
+def sampled_actions(resumed_steps: int, numpy_process: bool) -> np.ndarray:
+    """Actions a run's acting component samples for 64 fixed CartPole observations with fixed weights, in a run
+    resumed at `resumed_steps`: an actor worker process acting for its own envs (`numpy_process`, the stream
+    run_actor_worker gives it) or a policy worker (serial mode's and Ray actors' components)."""
+    import torch
+
+    from appo.models.numpy_twins import numpy_description
+    from appo.models.registry import make_model
+    from appo.protocol.param_sync import ParamStore
+    from appo.sampling.inference import make_numpy_inference
+    from appo.sampling.policy_worker import make_policy_workers
+
+    cfg = merge_cfg({"env": "CartPole-v1", "numpy_inference": True, "seed": 3}, None)
+    d = dataclasses.replace(derive(cfg), resumed_steps=resumed_steps)
+    env = make_run_env(cfg)
+    spaces = (env.observation_space, env.action_space)
+    env.close()
+    torch.manual_seed(0)
+    model = make_model(cfg, *spaces)
+    store = ParamStore(model)
+    store.publish(model, 1)
+    buffers = allocate_trajectories(cfg, d, *spaces)
+    if numpy_process:
+        (acting,) = make_numpy_inference(
+            cfg, buffers, [store.numpy_views_here()], numpy_description(model), None, acting_stream(0, 0)
+        )
+    else:
+        (acting,) = make_policy_workers(cfg, d, buffers, [store], spaces, "cpu", allocate_control(cfg, d))
+    acting.maybe_pull_weights()
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    return np.asarray(acting.act(0, obs, None)[0])
+
+
+def test_a_resumed_run_does_not_replay_the_action_noise() -> None:
+    for numpy_process in (True, False):
+        first, again = sampled_actions(0, numpy_process), sampled_actions(0, numpy_process)
+        resumed, resumed_again = sampled_actions(5000, numpy_process), sampled_actions(5000, numpy_process)
+        np.testing.assert_array_equal(first, again, err_msg="a first start must draw reproducible actions")
+        np.testing.assert_array_equal(resumed, resumed_again, err_msg="a resume must draw reproducible actions")
+        assert not np.array_equal(first, resumed), f"a resume replays the action noise (numpy_process={numpy_process})"
