@@ -95,7 +95,7 @@ def sampled_actions(resumed_steps: int, numpy_process: bool) -> np.ndarray:
     buffers = allocate_trajectories(cfg, d, *spaces)
     if numpy_process:
         (acting,) = make_numpy_inference(
-            cfg, buffers, [store.numpy_views_here()], numpy_description(model), None, acting_stream(0, 0)
+            cfg, buffers, [store.numpy_views_here()], numpy_description(model), None, acting_stream(0, 0, resumed_steps)
         )
     else:
         (acting,) = make_policy_workers(cfg, d, buffers, [store], spaces, "cpu", allocate_control(cfg, d))
