@@ -22,6 +22,7 @@ rest of the read goes on: it is never taken for an empty queue.
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 import queue
@@ -52,6 +53,8 @@ class DatagramQueue:
         self.reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)
         self.unreadable = 0  # datagrams (or incomplete messages) the reader dropped
         self.partial: dict[bytes, tuple[float, dict[int, bytes], int]] = {}  # id -> (first seen, parts, count)
+        # Messages read but not yet handed out: `get` takes one message from a datagram that may pack several.
+        self.pending: collections.deque[Any] = collections.deque()
 
     # --- writing ----------------------------------------------------------------------------------------
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
@@ -108,6 +111,10 @@ class DatagramQueue:
         """Whatever is queued (at least one message, waiting up to `timeout` when `block`); queue.Empty if none.
         A datagram's messages are never split, so up to one datagram more than `max_messages_to_get` may come."""
         out: list[Any] = []
+        while self.pending and len(out) < max_messages_to_get:
+            out.append(self.pending.popleft())
+        if out:
+            return out
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if block and not _wait(self.reader, select.POLLIN, _left(deadline)):
@@ -160,7 +167,10 @@ class DatagramQueue:
             log.warning("queue: dropped a message whose fragments stopped coming (its writer died?)")
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        return self.get_many(block, timeout, max_messages_to_get=1)[0]
+        """One message; the others of its datagram wait in `pending` for the next get or get_many."""
+        first, *rest = self.get_many(block, timeout, max_messages_to_get=1)
+        self.pending.extend(rest)
+        return first
 
     def close(self) -> None:
         self.reader.close()
