@@ -77,7 +77,7 @@ def run_command_line(argv: list[str] | None) -> tuple[Any, int]:
 
     with stop_signals_unblocked():
         cfg = parse_cfg(argv)
-        from appo.driver.runner import run  # after parsing: --help stays fast
+        from appo.launch import run  # after parsing: --help stays fast
 
         return cfg, run(cfg)
 
@@ -105,7 +105,7 @@ def train(env: str | None = None, experiment: str | None = None, **flags: Any) -
     errors = io.StringIO()
     with _errors_as_exception(errors), contextlib.redirect_stderr(errors):  # argparse's usage text: not for Python
         cfg = parse_cfg(argv)
-    from appo.driver.runner import run
+    from appo.launch import run
     from appo.protocol.processes import stop_signals_unblocked
 
     tee = _Tee(sys.stderr, errors)

@@ -19,7 +19,6 @@ from appo.backends.base import backend_class
 from appo.backends.plan import evaluation_interval
 from appo.config.cfg import Cfg
 from appo.config.derive import resolve_device
-from appo.config.verify import verify_or_exit
 from appo.driver.episode_window import restore_windows, save_windows
 from appo.driver.pbt_controller import PbtController
 from appo.driver.preflight import STOP_SIGNALS, budget_spent, prepare
@@ -158,17 +157,15 @@ class Driver:
 
 def run(cfg: Cfg) -> int:
     """Train until a stop criterion; returns the process exit status. The run directory is this run's alone until
-    then (a second driver on it exits 2)."""
+    then (a second driver on it exits 2). Every algorithm but the meta-gradient ones (appo/launch.py chooses)."""
     with released_at_end():
-        return _train(cfg)
+        return train(cfg)
 
 
-def _train(cfg: Cfg) -> int:
-    if cfg.traits.consumes == "meta_batches":  # meta-gradient algorithms run synchronous meta-iterations
-        from appo.maml.driver import run as run_meta_iterations
-
-        verify_or_exit(cfg)
-        return run_meta_iterations(cfg)
+def train(cfg: Cfg) -> int:
+    """`run`'s body, for a caller that holds the run directory's lock already (appo/launch.py)."""
+    if cfg.traits.consumes == "meta_batches":
+        raise ValueError(f"--algo={cfg.algo} trains by meta-iterations: start it with appo.launch.run")
     exp_dir, spaces, derived, num_tasks, spent = prepare(cfg)
     if spent:  # a finished run: no process started, its checkpoints unchanged
         return 0

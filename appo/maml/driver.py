@@ -1,4 +1,4 @@
-"""The MAML-TRPO driver (--algo=maml_trpo; appo/driver/runner.py hands the run here): meta-iterations are synchronous
+"""The MAML-TRPO driver (--algo=maml_trpo; appo/launch.py hands the run here): meta-iterations are synchronous
 (every task's train episodes, then the adaptation, then every task's validation episodes, then the meta-step), so
 the driver is the learner and steps the engine's actor workers through whole episode batches rather than through
 the asynchronous batcher (appo/maml/actors.py; with --backend=ray, the same actor-worker components in

@@ -16,7 +16,7 @@ MAX_LINES = 400
 # The layers, lowest first: each a folder of appo (envs/ and utils/ are appo.envs and appo.utils), and last appo's
 # own modules (the public face: appo.train, appo.load_policy, the command-line programs). Every module has the
 # layer of its folder; a module imports only from its own layer or lower ones. The meta-gradient loop (appo/maml/)
-# shares the driver's layer: the driver hands it a run, and it uses the driver's preflight.
+# sits above the driver, whose preflight it uses; the choice between the two loops is appo's own (appo/launch.py).
 LAYERS: list[tuple[str, ...]] = [
     ("utils",),
     ("envs",),
@@ -28,7 +28,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("algorithms",),
     ("learning",),
     ("backends",),
-    ("driver", "maml"),
+    ("driver",),
+    ("maml",),
     ("tools",),
     ("",),
 ]
