@@ -19,10 +19,10 @@ def with_latest_experiment(argv: list[str]) -> tuple[list[str], str | None]:
     """`argv` plus `--experiment=` the latest run of --train_dir when no --experiment was typed, and the line
     that says so (None when --experiment was typed). SystemExit(2) with one line when train_dir holds no run."""
     from appo.config.cfg import Cfg, build_parser
-    from appo.tools.evaluate import EnjoyCfg
+    from appo.tools.evaluate import ENJOY_DESCRIPTION, EnjoyCfg
     from appo.tools.runs import format_time, latest_run, no_runs_message
 
-    typed = vars(build_parser("enjoy.py", EnjoyCfg).parse_args(argv))  # --help and bad flags end here
+    typed = vars(build_parser("enjoy.py", EnjoyCfg, ENJOY_DESCRIPTION).parse_args(argv))  # --help, bad flags end here
     if "experiment" in typed:
         return argv, None
     train_dir = typed.get("train_dir", Cfg.train_dir)
@@ -44,13 +44,14 @@ def train(argv: list[str] | None = None) -> int:
 
 def enjoy(argv: list[str] | None = None) -> int:
     """Watch a trained policy: the flags of enjoy.py; without --experiment, the latest run of --train_dir."""
-    from appo.config.cfg import parse_cfg
-    from appo.tools.evaluate import EnjoyCfg
     from appo.tools.evaluate import enjoy as run_enjoy
+    from appo.tools.evaluate import ignored_flags_warning, parse_enjoy_cfg
     from appo.utils.logging import init_logging, log
 
     argv, note = with_latest_experiment(list(sys.argv[1:] if argv is None else argv))
-    cfg = parse_cfg(argv, prog="enjoy.py", cls=EnjoyCfg)
+    cfg, ignored = parse_enjoy_cfg(argv)
+    if ignored:
+        print(ignored_flags_warning(ignored), file=sys.stderr, flush=True)
     if note is not None:
         init_logging(cfg.log_level)
         log.info(note)

@@ -271,10 +271,14 @@ def _str2bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected True or False, got {value!r}")
 
 
-def build_parser(prog: str = "train_appo.py", extra: type | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    prog: str = "train_appo.py", extra: type | None = None, description: str | None = None
+) -> argparse.ArgumentParser:
     """Argument parser generated from the dataclasses; defaults are suppressed so that the parsed
     namespace holds exactly the flags typed on the command line (resume depends on that)."""
-    parser = argparse.ArgumentParser(prog=prog, argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, argument_default=argparse.SUPPRESS, allow_abbrev=False
+    )
     groups = list(GROUPS) + ([("enjoy", extra)] if extra is not None else [])
     seen: set[str] = set()
     for title, group_cls in groups:
@@ -335,8 +339,11 @@ def experiment_dir(cfg: Cfg) -> Path:
 def parse_cfg(argv: list[str] | None = None, prog: str = "train_appo.py", cls: type = Cfg) -> Cfg:
     """Parse the command line, merge with the preset and (on resume) the saved cfg.json."""
     extra = cls if cls is not Cfg else None
-    namespace = build_parser(prog, extra).parse_args(argv)
-    explicit = vars(namespace)
+    return cfg_from_flags(vars(build_parser(prog, extra).parse_args(argv)), cls)
+
+
+def cfg_from_flags(explicit: dict[str, Any], cls: type = Cfg) -> Cfg:
+    """The cfg of the flags typed (`explicit`), merged with the preset and (on resume) the saved cfg.json."""
     probe = Cfg(**{k: v for k, v in explicit.items() if k in ("train_dir", "experiment")})
     saved_path = experiment_dir(probe) / "cfg.json"
     saved = read_saved_cfg(saved_path) if saved_path.exists() else None

@@ -21,7 +21,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,41 @@ class EnjoyCfg(Cfg):
     no_render: bool = _f(False, "no rendering at all (overrides --render_mode)")
     fps: int = _f(30, "frames per second of the saved video")
     task: str = _f("random", "meta-task envs: index into the run's test task split, or random (one per trial)")
+
+
+# The training flags enjoy.py takes from its command line; every other setting is the run's (cfg.json), and a typed
+# one is ignored with a warning naming it.
+TRAINING_FLAGS_HONOURED = (
+    "train_dir",
+    "experiment",
+    "log_level",
+    "seed",  # --stochastic's draws
+    "max_episode_steps",  # the episode limit of the evaluation env
+    "command_return",  # the command a reward-conditioned policy (udrl, rcp_r, rcp_a) plays
+    "command_horizon",
+)
+ENJOY_DESCRIPTION = (
+    "Watch or record a trained policy. The run's cfg.json gives the env, the model and every training setting; of "
+    "the training flags below enjoy.py takes only "
+    + ", ".join(f"--{name}" for name in TRAINING_FLAGS_HONOURED)
+    + " (any other is ignored, with a warning), and the evaluation flags of the last group."
+)
+
+
+def parse_enjoy_cfg(argv: list[str]) -> tuple[EnjoyCfg, list[str]]:
+    """enjoy.py's cfg: the run's saved one with the flags enjoy.py honours applied; and the typed flags it ignored."""
+    from appo.config.cfg import build_parser, cfg_from_flags
+
+    typed = vars(build_parser("enjoy.py", EnjoyCfg, ENJOY_DESCRIPTION).parse_args(argv))
+    honoured = set(TRAINING_FLAGS_HONOURED) | {f.name for f in fields(EnjoyCfg)} - {f.name for f in fields(Cfg)}
+    ignored = sorted(name for name in typed if name not in honoured)
+    return cfg_from_flags({k: v for k, v in typed.items() if k in honoured}, EnjoyCfg), ignored
+
+
+def ignored_flags_warning(ignored: list[str]) -> str:
+    """The one line enjoy.py prints for typed training flags it does not honour."""
+    names = ", ".join(f"--{name}" for name in ignored)
+    return f"warning: enjoy.py ignores {names}: the run's cfg.json sets them (see enjoy.py --help)"
 
 
 class EnjoyError(Exception):

@@ -50,6 +50,22 @@ def test_enjoy_prints_episodes_and_mean(trained):
     assert not (trained / "e" / "videos").exists()
 
 
+def test_enjoy_warns_of_training_flags_it_ignores_and_honours_its_own(trained):
+    result = enjoy(
+        trained, "--no_render", "--max_num_episodes=1", "--num_workers=8", "--encoder_mlp_layers", "7", "--seed=3"
+    )
+    assert result.returncode == 0, result.stdout[-3000:]  # the run's cfg.json model, not a 7-unit one, was loaded
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("warning: enjoy.py ignores")]
+    assert len(warnings) == 1, result.stdout
+    assert "--encoder_mlp_layers, --num_workers" in warnings[0] and "--seed" not in warnings[0], warnings
+    assert len(EPISODE_RE.findall(result.stdout)) == 1
+    quiet = enjoy(trained, "--no_render", "--max_num_episodes=1", "--max_episode_steps=20")
+    assert quiet.returncode == 0 and "warning: enjoy.py" not in quiet.stdout, quiet.stdout[-3000:]
+    assert all(int(length) <= 20 for *_, length in EPISODE_RE.findall(quiet.stdout)), quiet.stdout
+    help_text = run_script("enjoy.py", ["--help"]).stdout
+    assert "enjoy.py takes only --train_dir, --experiment" in " ".join(help_text.split()), help_text[:2000]
+
+
 def test_enjoy_saves_video_with_reset_frame_plus_one_per_step(trained):
     result = enjoy(trained, "--save_video", "--max_num_episodes=1")
     assert result.returncode == 0, result.stdout[-3000:]
