@@ -1,6 +1,6 @@
 """The docs keep up with the tree: docs/architecture.md's `## Files` table names exactly the modules of appo/,
 envs/ and utils/ (empty __init__.py files aside), and no page of docs/ nor README.md points into shared/, which
-is not part of the project (the docs must stand on their own)."""
+is not part of the project (the docs must stand on their own); README.md keeps its lines within 120 characters."""
 
 from __future__ import annotations
 
@@ -45,3 +45,10 @@ def test_docs_do_not_point_into_shared():
         if "shared/" in line
     ]
     assert not offenders, "docs mention shared/ (not part of the project):\n" + "\n".join(offenders)
+
+
+def test_readme_lines_stay_within_120_characters():
+    """README.md reads in a terminal and a diff as well as on a rendered page: no line longer than the code's."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    long = [f"README.md:{n}: {len(line)} characters" for n, line in enumerate(lines, 1) if len(line) > 120]
+    assert not long, "README lines over 120 characters:\n" + "\n".join(long)
