@@ -55,33 +55,41 @@ def game_of(env_name: str) -> tuple[str, float] | None:
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the episode (terminated, info[EPISODE_CONTINUES] = True) while the game goes on: the reset
-    that follows such an end takes one no-op step instead of restarting the game. Any other reset (after game over,
-    or one that cuts an episode short: a policy switch) starts a new game."""
+    """A lost life ends the episode (terminated, info[EPISODE_CONTINUES] = True) while the game goes on. The no-op that
+    moves on from the frame where the life was lost is taken within that step, so that the step knows whether the game
+    goes on: where the no-op ends the game (its last life lost with it, or the step cap landing on it), the step is the
+    game's end like any other (no EPISODE_CONTINUES; truncated too where the cap ended it) and the reset that follows
+    starts a new game. The reset after a lost life hands over the no-op's observation; any other reset (after game
+    over, or one that cuts an episode short: a policy switch) starts a new game."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self.lives = 0
-        self.life_lost = False  # the last step ended the episode on a lost life, the game going on
+        self.next_life: tuple[Any, dict] | None = None  # after a lost life, the game going on: the no-op's obs, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         lives = self.env.unwrapped.ale.lives()
-        self.life_lost = 0 < lives < self.lives and not (terminated or truncated)
-        if self.life_lost:
+        self.next_life = None
+        if 0 < lives < self.lives and not (terminated or truncated):
             terminated = True
-            info = {**info, EPISODE_CONTINUES: True}
+            next_obs, next_reward, over, cut, next_info = self.env.step(0)
+            reward += next_reward  # the game's score counts it
+            if over or cut:  # the game ended with the no-op: its last frame ends the step
+                obs, truncated, info = next_obs, cut, next_info
+            else:
+                self.next_life = (next_obs, next_info)
+                info = {**info, EPISODE_CONTINUES: True}
+            lives = self.env.unwrapped.ale.lives()
         self.lives = lives
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
-        if self.life_lost:  # the next life: one no-op moves on from the frame where the last one was lost
-            obs, _, terminated, truncated, info = self.env.step(0)
-            if terminated or truncated:
-                obs, info = self.env.reset(**kwargs)
+        if self.next_life is not None:  # the next life, from the no-op its loss took
+            obs, info = self.next_life
         else:
             obs, info = self.env.reset(**kwargs)
-        self.life_lost = False
+        self.next_life = None
         self.lives = self.env.unwrapped.ale.lives()
         return obs, info
 
@@ -158,9 +166,9 @@ def make_atari_vector(
     """ale-py's native AtariVectorEnv (C++ threads) of `num_envs` games of `env_name` with the preprocessing of
     `make_atari`, auto-resetting in the same step (info["final_obs"] holds a finished episode's last observation).
     With `episodic_life` a lost life comes back as terminated while the game goes on (ale-py's life_loss_info);
-    the caller tells it from game over by the lives (envs that continue have fewer, a new game has more). One
-    difference from `make_atari`'s wrappers: the frame stack starts from zeros instead of the first frame
-    repeated."""
+    the caller tells it from game over by the frame at which the game began (info["frame_number"] -
+    info["episode_frame_number"]: a game over's reset begins a new one). One difference from `make_atari`'s
+    wrappers: the frame stack starts from zeros instead of the first frame repeated."""
     from ale_py.vector_env import AtariVectorEnv
 
     game, sticky = game_of(env_name)  # type: ignore[misc]

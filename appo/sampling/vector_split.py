@@ -6,8 +6,11 @@ step happens: one call for all envs instead of one per env.
 Each env of the split is seen through a `VectorSlot` (its spaces, a reset of that env alone through the vector's
 reset mask), so the runner's resets (start, a policy change) work as for single envs. A vector env resets a
 finished episode within the same step and hands its last observation in info["final_obs"]. With episodic life a
-lost life comes back as terminated while the game goes on: the vector's lives tell it from game over (fewer
-lives: the same game; more: a new one), and such an end carries `episode_continues` like the single-env wrapper's.
+lost life comes back as terminated while the game goes on. The lives cannot tell it from game over (the new game's
+lives, read after the same-step reset, may be fewer than a finished game held), the frame counters can: ALE's
+frame_number runs on across a game's end while episode_frame_number restarts, so their difference, the frame at
+which the game began, changes exactly when a new game starts. A termination within the same game is a lost life,
+and such an end carries `episode_continues` like the single-env wrapper's.
 
 Only plain runs take a vector (no task schedule, no reward commands, not episodic): appo/sampling/actor_worker.py
 asks for one only then."""
@@ -46,13 +49,13 @@ class VectorEnvRunner(EnvRunner):
         super().__init__(*args, **kwargs)
         self.vector_fn = vector_fn
         self.vector: Any = None
-        self.lives = np.zeros(self.num_envs, dtype=np.int64)
+        self.game_start = np.zeros(self.num_envs, dtype=np.int64)  # each env's game began at this frame
         self.reset_obs: np.ndarray | None = None
 
     def _make_envs(self) -> list[Any]:
         self.vector = self.vector_fn(self.num_envs)
         self.reset_obs, info = self.vector.reset(seed=self.cfg.seed + 1000 * self.first_env)  # partial resets need it
-        self.lives = np.asarray(info.get("lives", self.lives)).astype(np.int64)
+        self.game_start = game_starts(info)
         return [VectorSlot(self, i) for i in range(self.num_envs)]
 
     def reset_one(self, i: int, seed: int | None) -> np.ndarray:
@@ -60,8 +63,7 @@ class VectorEnvRunner(EnvRunner):
         mask[i] = True
         seeds = None if seed is None else np.array([seed % 2**31])  # ALE takes C ints; a resumed run's seeds are wider
         obs, info = self.vector.reset(seed=seeds, options={"reset_mask": mask})
-        if "lives" in info:
-            self.lives[i] = int(info["lives"][i])
+        self.game_start[i] = game_starts(info)[i]
         return obs[i]
 
     def _step_envs(
@@ -82,10 +84,10 @@ class VectorEnvRunner(EnvRunner):
         ended = np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
         dones = ended.astype(np.float32)
         truncs = (np.asarray(truncated, dtype=bool) & ~np.asarray(terminated, dtype=bool)).astype(np.float32)
-        lives = np.asarray(info.get("lives", self.lives)).astype(np.int64)
-        # A lost life: terminated with fewer lives than before and the game still on (a new game has more lives).
-        self.continues = ended & ~np.asarray(truncated, dtype=bool) & (lives < self.lives) & (lives > 0)
-        self.lives = lives
+        starts = game_starts(info)
+        # A lost life: an end within the game under way (a game over's same-step reset began a new one).
+        self.continues = ended & ~np.asarray(truncated, dtype=bool) & (starts == self.game_start)
+        self.game_start = starts
         if self.final_obs is not None and ended.any():
             final = info.get("final_obs")
             for i in np.flatnonzero(ended):
@@ -117,6 +119,10 @@ class VectorEnvRunner(EnvRunner):
         self.ep_lengths[:] = 0
         return self.reset_obs
 
+    def _rebuilt_with(self, i: int) -> range:
+        """The whole vector is rebuilt: every env of the split starts a new game."""
+        return range(self.num_envs)
+
     def decorrelate(self, seconds: float) -> None:
         import time
 
@@ -124,10 +130,16 @@ class VectorEnvRunner(EnvRunner):
         space = self.vector.single_action_space
         while time.monotonic() < deadline:
             obs, _, _, _, info = self.vector.step(np.array([space.sample() for _ in range(self.num_envs)]))
-            self.lives = np.asarray(info.get("lives", self.lives)).astype(np.int64)
+            self.game_start = game_starts(info)
             self.next_obs[:] = obs
         self.buf["obs"][self.first : self.first + self.num_envs, 0] = self.next_obs
 
     def close(self) -> None:
         if self.vector is not None:
             self.vector.close()
+
+
+def game_starts(info: dict[str, Any]) -> np.ndarray:
+    """The frame at which each env's game began, from an ale-py vector env's info: frame_number counts on across
+    the games of an env (a seeded reset restarts it) while episode_frame_number restarts with each game."""
+    return np.asarray(info["frame_number"], dtype=np.int64) - np.asarray(info["episode_frame_number"], dtype=np.int64)

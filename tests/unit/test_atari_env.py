@@ -126,7 +126,7 @@ def test_a_reset_that_cuts_a_game_starts_a_new_one_even_with_episodic_life() -> 
     lose_a_life(env)
     frames = ale.getEpisodeFrameNumber()
     env.reset(seed=5)
-    assert ale.getEpisodeFrameNumber() > frames and ale.lives() == 4  # the game goes on
+    assert ale.getEpisodeFrameNumber() >= frames and ale.lives() == 4  # the game goes on (no new game's count)
     env.reset(seed=6)  # a second reset without a step between: a cut, a new game
     assert ale.getEpisodeFrameNumber() < frames and ale.lives() == 5
 
