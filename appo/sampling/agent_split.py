@@ -182,6 +182,11 @@ class AgentEnvRunner(EnvRunner):
         self.envs[self._rows(g)] = [AgentRow(self.games[g], j) for j in range(self.k)]
         return self._reset_game(g)
 
+    def _rebuilt_with(self, i: int) -> range:
+        """The game of row `i` is rebuilt: each of its rows starts anew."""
+        g = i // self.k
+        return range(g * self.k, (g + 1) * self.k)
+
     def _record_episodes(
         self, rewards: np.ndarray, dones: np.ndarray, ends: dict[int, dict], failed: list[int]
     ) -> None:

@@ -153,6 +153,8 @@ class EnvRunner(SplitEnvs):
         self.is_box = isinstance(space, gym.spaces.Box)
         if self.is_box:
             self.low, self.high = space.low.astype(np.float32), space.high.astype(np.float32)
+        # The policy picks Discrete actions 0..n-1; a space that starts elsewhere (Discrete(n, start=k)) takes + k.
+        self.action_start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
         obs = [self._reset_env(i, seed=seed + i) for i in range(self.num_envs)]
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + i)
@@ -265,7 +267,7 @@ class EnvRunner(SplitEnvs):
             # Clip only what the env sees: the learner needs the sampled action for its log-prob.
             actions = np.clip(actions, self.low, self.high)
         else:
-            actions = actions[:, 0]
+            actions = actions[:, 0] + self.action_start if self.action_start else actions[:, 0]
         for name in self.extra_fields:  # before stepping: a reset below starts the next episode's task
             buf[name][slots, t] = self._field(name)
         rewards, dones, truncs, ends, failed = self._step_envs(actions, t)
@@ -314,25 +316,36 @@ class EnvRunner(SplitEnvs):
         """Env `i` changes policy: end its episode at the rollout's last step as a time limit would (unless it
         ended there anyway) and start the next one from a reset, with the zero recurrent state. An episode that
         ended there on a lost life is a game that goes on: it is restarted too, so that no policy plays on (and is
-        credited with) a game another one began."""
-        slot, T = self.first + i, self.cfg.rollout
-        ended = self.buf["dones"][slot, T - 1] > 0
+        credited with) a game another one began. A reset that raises rebuilds the env, and with it every env the
+        rebuild restarts (a vector env: the split's every env): each of them starts the next rollout anew."""
+        ended = self.buf["dones"][self.first + i, self.cfg.rollout - 1] > 0
         if ended and not self.continues[i]:
             return  # the new episode starts with the new rollout already
-        if not ended:
+        try:
+            obs = self._reset_env(i)
+        except Exception as exc:
+            rebuilt = self._rebuilt_with(i)
+            first_obs = np.reshape(self._recover_env(i, exc), (len(rebuilt), *self.next_obs.shape[1:]))
+            for j, new_obs in zip(rebuilt, first_obs, strict=True):
+                self._start_anew(j, new_obs)
+            return
+        self._start_anew(i, obs)
+
+    def _start_anew(self, i: int, obs: np.ndarray) -> None:
+        """Env `i` starts the next rollout with a new episode from `obs`: the one under way at the rollout's last
+        step (if any) ends there as a time limit would, and is not reported."""
+        slot, T = self.first + i, self.cfg.rollout
+        if self.buf["dones"][slot, T - 1] == 0:
             self.buf["dones"][slot, T - 1] = 1.0
             self.buf["truncated"][slot, T - 1] = 1.0
             if self.final_obs is not None:  # the env was not reset there: the true next obs
                 self.final_obs[slot, T - 1] = self.buf["obs"][slot, T]
-        try:
-            obs = self._reset_env(i)
-        except Exception as exc:
-            obs = self._recover_env(i, exc)
         self.next_obs[i] = obs
         self.next_rnn[i] = 0.0
         self.ep_returns[i] = 0.0
         self.ep_lengths[i] = 0
         self.episode_count[i] += 1
+        self.continues[i] = False
 
     def on_slots_released(self, group_idx: int, policy_id: int = 0, incarnation: int | None = None) -> list[Any]:
         holders = self.holders.get(group_idx)

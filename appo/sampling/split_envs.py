@@ -81,7 +81,8 @@ class SplitEnvs:
         return rewards, dones, truncs, ends, failed
 
     def _recover_env(self, i: int, exc: Exception) -> np.ndarray:
-        """Log the error (once per distinct one), rebuild the env and return its first observation. More than
+        """Log the error (once per distinct one), rebuild the env and return its first observation (where the rebuild
+        restarts several envs, `_rebuilt_with`: their first observations, stacked in that order). More than
         `max_env_errors` failures in a row of one env fail the run with a clear message."""
         self._note_env_error(i, exc)
         try:
@@ -90,6 +91,10 @@ class SplitEnvs:
             pass
         self.envs[i] = self.env_fn(self.first_env + i)
         return self._reset_env(i)
+
+    def _rebuilt_with(self, i: int) -> range:
+        """The envs that the recovery of env `i` rebuilds, each into a new episode: env `i` alone."""
+        return range(i, i + 1)
 
     def _note_env_error(self, i: int, exc: Exception) -> None:
         """Log env `i`'s error (once per distinct one, with its traceback); raise once it failed more than
