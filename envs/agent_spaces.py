@@ -14,6 +14,8 @@ past selves work unchanged, and every row of the trajectory tensors keeps one sh
 - Actions: Discrete spaces (starting at 0) become the largest, an action past an agent's own range being its action
   0; 1-D Box spaces become the longest (each entry's bounds the widest of the agents that have it), an agent taking
   the first entries of the action, clipped to its own bounds. Discrete and Box actions in one env: one-line error.
+  Agents with one Discrete space that starts elsewhere (gymnasium's `Discrete(n, start=k)`) share `Discrete(n)`: the
+  policy picks an index 0..n-1, and the agent takes index + k.
 
 `--obs_agent_id` (any multi-agent env with flat observations) appends a one-hot of the agent's row to every
 observation, after the rest: agents that share a policy can then take roles by index (EPyMARL's `obs_agent_id`),
@@ -69,12 +71,21 @@ class SharedSpaces:
             self.observation_space: gym.Space = (
                 gym.spaces.Box(0.0, 1.0, (int(raw.n),), np.float32) if isinstance(raw, gym.spaces.Discrete) else raw
             )
-            self.action_space: gym.Space = act_spaces[first]
+            own = act_spaces[first]
+            # A Discrete space is 0-based to the policy (`env_action` adds the agent's start).
+            self.action_space: gym.Space = (
+                gym.spaces.Discrete(int(own.n)) if isinstance(own, gym.spaces.Discrete) else own
+            )
         else:
             self.flat = {agent: self._flat_size(agent) for agent in agents}
             self.width = max(self.flat.values())
             self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.width + self.kinds,), np.float32)
             self.action_space = self._padded_action_space(agents)
+        # Read at every step (env_action): each agent's Discrete actions as (n, start), None for Box actions.
+        self.discrete_actions = {
+            a: (int(space.n), int(space.start)) if isinstance(space, gym.spaces.Discrete) else None
+            for a, space in act_spaces.items()
+        }
         self.agent_ids = agent_ids
         if agent_ids:  # --obs_agent_id: the agent's one-hot after the rest
             base = self.observation_space
@@ -135,13 +146,13 @@ class SharedSpaces:
             row[self.width + self.kind[agent]] = 1.0
 
     def env_action(self, agent: str, action: np.ndarray) -> Any:
-        """A row's action as agent `agent` takes it: an int for Discrete, the float vector for Box."""
+        """A row's action as agent `agent` takes it: an int for Discrete (the row's index 0..n-1 plus the space's
+        start; an index past the agent's range its first action), the float vector for Box."""
         action = np.asarray(action)
         if action.dtype.kind in "iu":
-            value = int(action.reshape(-1)[0])
-            if self.padded and value >= int(self.act_spaces[agent].n):
-                return 0
-            return value
+            index = int(action.reshape(-1)[0])
+            n, start = self.discrete_actions[agent]
+            return start + (index if index < n else 0)
         if not self.padded:
             return action
         own = self.act_spaces[agent]

@@ -43,6 +43,7 @@ class MetaTaskWrapper(gym.Wrapper):
         self.obs_size = int(np.prod(base.shape))
         self.action_width = _action_width(env.action_space)
         self.is_discrete = isinstance(env.action_space, gym.spaces.Discrete)
+        self.action_start = int(env.action_space.start) if self.is_discrete else 0  # Discrete(n, start=k)'s k
         extra = self.action_width + 2 if visibility == "hidden" else len(self.task_keys)
         size = self.obs_size + extra
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
@@ -62,7 +63,7 @@ class MetaTaskWrapper(gym.Wrapper):
         out[n : n + self.action_width] = 0.0
         if action is not None:
             if self.is_discrete:
-                out[n + int(action)] = 1.0
+                out[n + int(action) - self.action_start] = 1.0
             else:
                 out[n : n + self.action_width] = np.asarray(action).reshape(-1)
         out[-2] = reward

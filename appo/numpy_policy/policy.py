@@ -104,8 +104,8 @@ class Policy:
         return actions, new_state
 
     def _env_actions(self, actions: np.ndarray) -> np.ndarray:
-        if self.discrete:
-            return actions[:, 0].astype(np.int64)
+        if self.discrete:  # the policy's index 0..n-1, plus the space's start (Discrete(n, start=k))
+            return actions[:, 0].astype(np.int64) + int(self.action.get("start", 0))
         shaped = actions.reshape(len(actions), *self.action["shape"])
         return np.clip(shaped, self.low, self.high)
 

@@ -3,8 +3,9 @@
 Inside, with no pickled objects (np.load(allow_pickle=False) reads it):
 - `__meta__`: UTF-8 JSON as uint8, {"format": "appo-policy", "version": 1, "model": the numpy pass's description
   (appo/numpy_policy/ops.py), "cfg": the run's cfg (env, task split, trial length: what rebuilds the env),
-  "observation_shape", "action": {"type": "Discrete", "n"} or {"type": "Box", "shape"}, "source": where the
-  weights came from (checkpoint, version, env steps)};
+  "observation_shape", "action": {"type": "Discrete", "n"} (and "start" where the space starts elsewhere than 0:
+  the env takes the policy's index plus it) or {"type": "Box", "shape"}, "source": where the weights came from
+  (checkpoint, version, env steps)};
 - `state/<name>`: the model's state dict as numpy arrays, under torch's names;
 - `action/low`, `action/high`: the Box action bounds (Box actions only).
 """

@@ -47,9 +47,10 @@ def adaptation_gain(by_episode: np.ndarray) -> tuple[float, float]:
 
 
 def env_action(actions: torch.Tensor | np.ndarray, space: gym.Space) -> Any:
-    """The action an env takes from the model's [1, A] (or [1, 1] discrete) output; Box actions clipped."""
+    """The action an env takes from the model's [1, A] (or [1, 1] discrete) output: Box actions clipped, a Discrete
+    index 0..n-1 shifted by the space's start."""
     if isinstance(space, gym.spaces.Discrete):
-        return int(actions[0, 0])
+        return int(actions[0, 0]) + int(space.start)
     first = actions[0].numpy() if isinstance(actions, torch.Tensor) else actions[0]
     return np.clip(first.reshape(space.shape), space.low, space.high)
 

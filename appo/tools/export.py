@@ -136,6 +136,8 @@ def policy_parts(
     arrays: dict[str, np.ndarray] = {}
     if isinstance(action_space, gym.spaces.Discrete):
         action = {"type": "Discrete", "n": int(action_space.n)}
+        if int(action_space.start):  # Discrete(n, start=k): the env takes the policy's index 0..n-1 plus k
+            action["start"] = int(action_space.start)
     else:
         action = {"type": "Box", "shape": list(action_space.shape)}
         arrays = {"action/low": action_space.low, "action/high": action_space.high}
