@@ -5,7 +5,7 @@ appo training, and Sample Factory 2.1.1 training with the same workers and envs.
 
 Every figure counts agent steps per second (one agent step = 4 emulator frames: multiply by 4 for frames/s, the
 unit of Sample Factory's own "FPS" and of EnvPool's tables).
-- raw gymnasium: one process per core, each stepping `--envs` of appo's own Atari envs (envs/atari.py: gymnasium's
+- raw gymnasium: one process per core, each stepping `--envs` of appo's own Atari envs (envs/atari/atari.py: gymnasium's
   preprocessing wrappers, as actor workers step them) with random actions.
 - raw ale-py vector: ale-py's native AtariVectorEnv (C++ threads, the same preprocessing) with `--envs` x cores
   envs and random actions, in one process.

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from throughput import appo_fps  # noqa: E402
 
-SINGLE = "appo.envs.paddle_duel:PaddleDuelVsScripted"
+SINGLE = "appo.envs.multi_agent.paddle_duel:PaddleDuelVsScripted"
 # Self-play settings: the engine's defaults but a larger batch, two epochs, a higher learning rate and more
 # exploration, and a pool of 8 past selves spread over the run (the first snapshot, then gaps that double), met in
 # half the games.
@@ -157,7 +157,7 @@ def selfplay(args: argparse.Namespace, extra: list[str]) -> None:
 
 def spread(args: argparse.Namespace, extra: list[str]) -> None:
     import appo
-    from appo.envs.multi_agent import run_game
+    from appo.envs.multi_agent.multi_agent import run_game
 
     out = args.out or Path(tempfile.mkdtemp(prefix="appo_spread_"))
     rows = []

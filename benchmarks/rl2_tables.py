@@ -5,12 +5,12 @@
 For every row (bandits: n pulls, k arms; tabular MDPs: n episodes of 10 steps, 10 states, 5 actions) it draws the
 held-out test tasks a run with `--seed` and `--num_test_tasks=--tasks` meta-tests on (envs.tasks.task_split with no
 train tasks: the test stream does not depend on the number of train tasks), computes the baselines of
-envs/meta_baselines.py on them (one trial per task) and prints each beside the paper's figure. UCB1 is Auer et al.'s
-with c = sqrt(2) (untuned), and beside it with c tuned on as many training tasks of the same run
+envs/meta/meta_baselines.py on them (one trial per task) and prints each beside the paper's figure. UCB1 is Auer et
+al.'s with c = sqrt(2) (untuned), and beside it with c tuned on as many training tasks of the same run
 (meta_baselines.tuned_ucb1_c: never on the tasks it is judged on); Gittins is Brezzi & Lai's approximation with the
 discount 1 - 1 / (pulls left); the MDP rows add two columns the paper lacks: the certainty-equivalent planner (the
 optimal policy of the posterior means, replanned every episode: a model-based agent with a perfect memory of the
-trial) and the oracle told the task: see envs/meta_baselines.py.
+trial) and the oracle told the task: see envs/meta/meta_baselines.py.
 
 With `--train ROW` (bandit:N:K, gaussian_bandit:N:K or mdp:N) it trains RL^2-APPO on that row instead, one run per
 seed, `--parallel` at a time, each for `--minutes` of wall time, with the family's preset (envs/presets.py) and
@@ -44,8 +44,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from appo.envs import make_env  # noqa: E402
-from appo.envs import meta_baselines as mb  # noqa: E402
-from appo.envs.tasks import task_split  # noqa: E402
+from appo.envs.meta import meta_baselines as mb  # noqa: E402
+from appo.envs.meta.tasks import task_split  # noqa: E402
 
 # (n, k) -> the paper's Random, Gittins, TS, UCB1, RL^2 (the paper's Table 1).
 PAPER_BANDITS = {

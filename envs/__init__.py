@@ -6,24 +6,27 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from appo.envs.multi_agent import AgentEnv, is_parallel_env
-from appo.envs.packed_obs import PackDictObs, is_dict_obs
-from appo.envs.presets import ATARI_PREFIXES
-from appo.envs.sf_agents import SfAgents, is_sf_multi_agent
+from appo.envs.common.packed_obs import PackDictObs, is_dict_obs
+from appo.envs.multi_agent.multi_agent import AgentEnv, is_parallel_env
+from appo.envs.multi_agent.sf_agents import SfAgents, is_sf_multi_agent
+from appo.envs.registry import families, family_of
 from appo.utils.seeding import incarnation_seed
 
 if TYPE_CHECKING:
-    from appo.envs.schedules import TaskAssigner, TaskSchedule
-    from appo.envs.tasks import Task
+    from appo.envs.meta.schedules import TaskAssigner, TaskSchedule
+    from appo.envs.meta.tasks import Task
 
-# Project envs (meta-task families) register their constructors here: name -> callable(**kwargs) -> Env. A
+# The project's envs by name, from every family's ENVS (envs/registry.py): name -> callable(**kwargs) -> Env. A
 # constructor applies its env's TimeLimit itself and takes `max_episode_steps` (> 0) to override its length.
-PROJECT_ENVS: dict[str, Callable[..., gym.Env]] = {}
+PROJECT_ENVS: dict[str, Callable[..., gym.Env]] = {
+    name: make for family in families() for name, make in getattr(family, "ENVS", {}).items()
+}
+# The project envs that are meta-task families (envs/meta/tasks.py).
+TASK_FAMILIES = tuple(name for family in families() for name in getattr(family, "TASK_FAMILIES", ()))
 
 
 class UnknownEnvError(ValueError):
@@ -59,13 +62,12 @@ def _make_env(name: str, max_episode_steps: int, render_mode: str | None, agent_
         limit = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
         env = PROJECT_ENVS[name](**limit, **kwargs)
         return AgentEnv(env, name, agent_ids=agent_ids) if is_parallel_env(env) else env
-    if name.startswith(ATARI_PREFIXES):
-        from appo.envs.atari import atari_env
-
+    family = family_of(name)
+    if family is not None and hasattr(family, "make"):  # a family that owns names by prefix (atari_pong)
         try:
-            env = atari_env(name, max_episode_steps=max_episode_steps, **kwargs)
+            env = family.make(name, max_episode_steps, **kwargs)
         except ValueError as exc:
-            raise UnknownEnvError(str(exc)) from exc
+            raise UnknownEnvError(str(exc).splitlines()[0]) from exc
         if env is not None:
             return env
     if ":" in name:
@@ -92,44 +94,42 @@ def _make_env(name: str, max_episode_steps: int, render_mode: str | None, agent_
 
 
 def env_kwargs(cfg: Any) -> dict[str, Any]:
-    """The constructor keywords that `cfg` gives its env: for a family in `_FAMILY_CFG_KEYS`, each of its cfg
+    """The constructor keywords that `cfg` gives its env: for an env in its family's CFG_KEYS, each of its cfg
     keys under the constructor's name (e.g. --num_arms as `num_arms`); empty for every other env. A tabular MDP's
-    horizon is --max_episode_steps where that is set (its episodes terminate there: envs/tabular_mdp.py)."""
-    kwargs = {kwarg: getattr(cfg, key) for key, kwarg in _FAMILY_CFG_KEYS.get(cfg.env, {}).items()}
+    horizon is --max_episode_steps where that is set (its episodes terminate there: envs/meta/tabular_mdp.py)."""
+    family = family_of(cfg.env)
+    keys = getattr(family, "CFG_KEYS", {}).get(cfg.env, {}) if family is not None else {}
+    kwargs = {kwarg: getattr(cfg, key) for key, kwarg in keys.items()}
     if cfg.env == "tabular_mdp" and getattr(cfg, "max_episode_steps", 0) > 0:
         kwargs["episode_steps"] = cfg.max_episode_steps
     return kwargs
 
 
 def training_kwargs(cfg: Any, training: bool) -> dict[str, Any]:
-    """Constructor keywords for the envs that collect training experience only: Atari's episodic life."""
-    if training and cfg.env.startswith(ATARI_PREFIXES) and getattr(cfg, "episodic_life", False):
-        return {"episodic_life": True}
-    return {}
+    """Constructor keywords for the envs that collect training experience only (Atari's episodic life): the
+    family's `training_kwargs`."""
+    family = family_of(cfg.env)
+    if not training or family is None or not hasattr(family, "training_kwargs"):
+        return {}
+    return family.training_kwargs(cfg)
 
 
 def make_run_vector(cfg: Any) -> Callable[[int], Any] | None:
     """A builder of native vector envs of `n` training envs for the run's env (Atari: ale-py's AtariVectorEnv), or
     None where the run steps single envs: no native vector for the env, --env_vector=per_env, or a run that needs
     per-env control (task schedules, reward commands, sparse rewards, episodic algorithms)."""
-    if getattr(cfg, "env_vector", "per_env") != "auto" or not cfg.env.startswith(ATARI_PREFIXES):
+    family = family_of(cfg.env)
+    if getattr(cfg, "env_vector", "per_env") != "auto" or family is None or not hasattr(family, "native_vector"):
         return None
     if cfg.task_schedule != "none" or getattr(cfg, "command_dims", 0) or getattr(cfg, "sparse_reward", False):
         return None
     if cfg.traits.episodic:
         return None
-    from appo.envs.atari import make_atari_vector
-
-    return partial(
-        make_atari_vector,
-        cfg.env,
-        episodic_life=bool(getattr(cfg, "episodic_life", False)),
-        max_episode_steps=cfg.max_episode_steps,
-    )
+    return family.native_vector(cfg)
 
 
 def is_task_env(env: gym.Env) -> bool:
-    from appo.envs.tasks import TaskFamily
+    from appo.envs.meta.tasks import TaskFamily
 
     return isinstance(getattr(env, "unwrapped", env), TaskFamily)
 
@@ -140,10 +140,10 @@ def trial_length(cfg: Any) -> int:
     length too, so their returns compare with the training returns. `cfg` is an appo Cfg."""
     if cfg.task_schedule == "none":
         return 1
-    from appo.envs.schedules import make_schedule
+    from appo.envs.meta.schedules import make_schedule
 
     # Ask the schedule rather than repeat its rules here: which schedules override --episodes_per_trial is
-    # envs/schedules.py's business. The placeholder task list only satisfies the constructor.
+    # envs/meta/schedules.py's business. The placeholder task list only satisfies the constructor.
     return make_schedule(cfg.task_schedule, [{}], cfg.episodes_per_trial, 0, cfg.seed).episodes_per_trial
 
 
@@ -162,7 +162,7 @@ def make_run_env(
     env = _reward_conditioning(cfg, env)
     if cfg.task_schedule == "none":
         return env
-    from appo.envs.wrappers import MetaTaskWrapper
+    from appo.envs.meta.wrappers import MetaTaskWrapper
 
     try:
         _, schedule = _run_schedule(cfg, env, env_idx, split)
@@ -174,12 +174,12 @@ def make_run_env(
 
 def _reward_conditioning(cfg: Any, env: gym.Env) -> gym.Env:
     """--sparse_reward (the return paid at the episode's end), then, for a reward-conditioned --algo, the command
-    appended to the observation (envs/reward_conditioning.py); `env` itself otherwise. The cfg says what its
+    appended to the observation (envs/common/reward_conditioning.py); `env` itself otherwise. The cfg says what its
     algorithm takes (`command_dims`, `command_follows`: appo's Cfg reads them from the algorithm's spec)."""
     dims = getattr(cfg, "command_dims", 0)
     if not getattr(cfg, "sparse_reward", False) and not dims:
         return env
-    from appo.envs.reward_conditioning import CommandObservation, SparseReward
+    from appo.envs.common.reward_conditioning import CommandObservation, SparseReward
 
     if getattr(cfg, "sparse_reward", False):
         env = SparseReward(env)
@@ -199,7 +199,7 @@ def make_task_assigner(cfg: Any, env: gym.Env, env_idx: int, incarnation: int = 
     (--task_schedule=none). `cfg` is an appo Cfg."""
     if cfg.task_schedule == "none":
         return None
-    from appo.envs.schedules import TaskAssigner
+    from appo.envs.meta.schedules import TaskAssigner
 
     return TaskAssigner(*_run_schedule(cfg, env, env_idx, "train", incarnation))
 
@@ -219,7 +219,7 @@ _SPLITS: dict[tuple[Any, ...], tuple[list[Task], list[Task]]] = {}
 
 
 def _run_split(cfg: Any, env: gym.Env) -> tuple[list[Task], list[Task]]:
-    from appo.envs.tasks import task_split
+    from appo.envs.meta.tasks import task_split
 
     family = type(getattr(env, "unwrapped", env))
     key = (family, tuple(sorted(env_kwargs(cfg).items())), cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)
@@ -234,7 +234,7 @@ def _run_schedule(
 ) -> tuple[list[Task], TaskSchedule]:
     """The `split` tasks of a run and the schedule of env `env_idx` over them: the one rule behind the
     wrapper's schedule and the actor's task assigner (of a worker's `incarnation`-th start)."""
-    from appo.envs.schedules import make_schedule
+    from appo.envs.meta.schedules import make_schedule
 
     if not is_task_env(env):
         raise UnknownEnvError(
@@ -248,48 +248,3 @@ def _run_schedule(
         return test, make_schedule("sequence", test, trial_length(cfg), env_idx, cfg.seed)
     seed = incarnation_seed(cfg.seed, incarnation)
     return train, make_schedule(cfg.task_schedule, train, cfg.episodes_per_trial, env_idx, seed)
-
-
-def _project_env(module: str, class_name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:
-    """Import `module` (MuJoCo included) only now, build `class_name(**kwargs)` and wrap it in a TimeLimit of
-    `max_episode_steps`, or of the class's `default_episode_steps` when that is 0."""
-    env = getattr(importlib.import_module(module), class_name)(**kwargs)
-    # The instance's length: a family may set it from its constructor's arguments (tabular_mdp's episode_steps).
-    steps = max_episode_steps if max_episode_steps > 0 else env.default_episode_steps
-    return gym.wrappers.TimeLimit(env, max_episode_steps=steps)
-
-
-def _game(module: str, class_name: str, max_episode_steps: int = 0, **kwargs: Any) -> Any:
-    """A project multi-agent game (a Parallel env: appo/envs/multi_agent.py), `max_episode_steps` > 0 as its own
-    step limit (`max_steps`)."""
-    limit = {"max_steps": max_episode_steps} if max_episode_steps > 0 else {}
-    return getattr(importlib.import_module(module), class_name)(**limit, **kwargs)
-
-
-PROJECT_ENVS["paddle_duel"] = partial(_game, "appo.envs.paddle_duel", "PaddleDuelEnv")
-
-# Meta-task families (envs/tasks.py): name -> (module, class). Registering imports none of those modules.
-_PROJECT_ENV_CLASSES: dict[str, tuple[str, str]] = {
-    "ant_dir": ("appo.envs.ant", "AntDirEnv"),
-    "ant_dir2d": ("appo.envs.ant", "AntDir2DEnv"),
-    "ant_vel": ("appo.envs.ant", "AntVelEnv"),
-    "ant_goal": ("appo.envs.ant", "AntGoalEnv"),
-    "half_cheetah_vel": ("appo.envs.half_cheetah", "HalfCheetahVelEnv"),
-    "half_cheetah_dir": ("appo.envs.half_cheetah", "HalfCheetahDirEnv"),
-    "navigation2d": ("appo.envs.navigation2d", "Navigation2DEnv"),
-    "bandit": ("appo.envs.bandits", "BanditEnv"),
-    "gaussian_bandit": ("appo.envs.bandits", "GaussianBanditEnv"),
-    "tabular_mdp": ("appo.envs.tabular_mdp", "TabularMDPEnv"),
-    "humanoid_dir": ("appo.envs.humanoid", "HumanoidDirEnv"),
-    "lunar_lander_wind": ("appo.envs.lunar_lander_wind", "LunarLanderWindEnv"),
-}
-# Families whose size comes from the run's flags: cfg key -> constructor keyword (`env_kwargs`).
-_BANDIT_KEYS = {"num_arms": "num_arms"}
-_FAMILY_CFG_KEYS: dict[str, dict[str, str]] = {
-    "bandit": _BANDIT_KEYS,
-    "gaussian_bandit": _BANDIT_KEYS,
-    "tabular_mdp": {"mdp_states": "num_states", "mdp_actions": "num_actions", "mdp_episode_steps": "episode_steps"},
-}
-TASK_FAMILIES = tuple(_PROJECT_ENV_CLASSES)  # the project envs that are meta-task families (envs/tasks.py)
-for _name, (_module, _class_name) in _PROJECT_ENV_CLASSES.items():
-    PROJECT_ENVS[_name] = partial(_project_env, _module, _class_name)

@@ -1,5 +1,5 @@
 """The flags of multi-agent runs: self-play against a pool of past selves, and what each agent's observation carries
-(envs/multi_agent.py, appo/learning/snapshot_pool.py)."""
+(envs/multi_agent/multi_agent.py, appo/learning/snapshot_pool.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ def _positive(cfg: Cfg, names: list[str]) -> list[str]:
 
 
 def _family_sizes(cfg: Cfg) -> list[str]:
-    """The sizes of the bandit and tabular-MDP families (envs/bandits.py, envs/tabular_mdp.py)."""
+    """The sizes of the bandit and tabular-MDP families (envs/meta/bandits.py, envs/meta/tabular_mdp.py)."""
     errors = [f"--num_arms={cfg.num_arms}: a bandit needs at least 2 arms"] if cfg.num_arms < 2 else []
     return errors + _positive(cfg, ["mdp_states", "mdp_actions", "mdp_episode_steps"])
 

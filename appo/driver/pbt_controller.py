@@ -69,7 +69,7 @@ class PbtController:
     def objectives(self, policies: list[PolicyStats]) -> list[float | None]:
         if self.cfg.pbt_target_objective == "eval_return":
             return [p.last_eval.return_mean if p.last_eval is not None else None for p in policies]
-        if self.cfg.pbt_target_objective == "true_objective":  # what the env reports (envs/episode_end.py)
+        if self.cfg.pbt_target_objective == "true_objective":  # what the env reports (envs/common/episode_end.py)
             return [p.objective_mean() if len(p.objectives) >= MIN_EPISODES else None for p in policies]
         return [p.return_mean() if len(p.returns) >= MIN_EPISODES else None for p in policies]
 

@@ -18,7 +18,7 @@ from appo.config.derive import derive
 from appo.config.verify import verify_or_exit
 from appo.driver.run_lock import hold_run_dir
 from appo.envs import UnknownEnvError, make_run_env, make_task_assigner
-from appo.envs.multi_agent import AgentEnvError
+from appo.envs.multi_agent.multi_agent import AgentEnvError
 from appo.models.registry import make_model
 from appo.protocol.buffers import shared_bytes
 from appo.protocol.processes import process_title, set_process_title

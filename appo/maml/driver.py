@@ -32,7 +32,7 @@ from appo.config.algorithms.maml import meta_batch_size
 from appo.config.cfg import Cfg, experiment_dir
 from appo.driver.preflight import STOP_SIGNALS, budget_spent, prepare
 from appo.envs import PROJECT_ENVS, UnknownEnvError, env_kwargs, is_task_env, make_env
-from appo.envs.tasks import task_split
+from appo.envs.meta.tasks import task_split
 from appo.learning.checkpoint import load_checkpoint, load_latest, save_checkpoint
 from appo.maml.actors import ActorPool
 from appo.maml.algorithm import Episodes, MamlTrpo, make_policy, params_of

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from appo.envs import env_kwargs, make_env
-from appo.envs.tasks import Task, task_family, task_split
+from appo.envs.meta.tasks import Task, task_family, task_split
 from appo.maml.actors import ActorPool
 from appo.maml.algorithm import MamlTrpo, flatten, make_policy, params_of
 from appo.maml.buffers import allocate_buffers, episode_horizon

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from appo.config.cfg import Cfg
 from appo.config.trunk import value_trunk_errors
-from appo.envs.packed_obs import PackedObsSpace
+from appo.envs.common.packed_obs import PackedObsSpace
 from appo.models.distributions import Categorical, DiagGaussian
 from appo.models.encoders import build_mlp, encoder_kind, make_encoder, unpack_obs
 from appo.models.normalize import RunningMeanStd

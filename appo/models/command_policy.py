@@ -3,7 +3,7 @@ RL's behaviour function (Srivastava et al. 2019; the gated architecture of Schmi
 implementations).
 
 Its input is the observation as the actor workers store it: the env's state followed by the scaled command
-(envs/reward_conditioning.py CommandObservation appends it, so the learner trains on exactly the input the policy
+(envs/common/reward_conditioning.py CommandObservation appends it, so the learner trains on exactly the input the policy
 acted on, relabelled). state -> Linear -> sigmoid or tanh (--command_state_activation), command -> Linear ->
 sigmoid, their product (the command gates the state's features) -> relu MLP (--command_mlp_layers after the first)
 -> a categorical head (Discrete actions) or a Gaussian's mean with a state-independent log-std (Box actions).

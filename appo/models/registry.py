@@ -39,6 +39,6 @@ def make_model(cfg: Cfg, obs_space: gym.Space, action_space: gym.Space, kind: st
         kind = cfg.traits.model_kind
     if kind not in MODELS:
         raise ValueError(f"unknown model kind {kind!r}; registered: {', '.join(sorted(MODELS))}")
-    if hasattr(obs_space, "dict_space") and kind != "actor_critic":  # packed Dict observations (envs/packed_obs.py)
+    if hasattr(obs_space, "dict_space") and kind != "actor_critic":  # packed Dicts (envs/common/packed_obs.py)
         raise ValueError(f"--algo={cfg.algo}: Dict observation spaces are not supported; only --algo=appo reads them")
     return MODELS[kind](cfg, obs_space, action_space)

@@ -3,7 +3,7 @@ layer (tanh or sigmoid) gated by the sigmoid of the command's, the relu trunk, a
 with a state-independent log-std; uniformly random actions while the weights have had no update (the warm-up:
 bounded Box dims uniform in the box, unbounded ones N(0, 1), zero log-probs; Discrete uniform, log-prob -log n);
 the mode when deterministic. Description: {"kind": "command_policy", "state_activation": "tanh" | "sigmoid"}.
-The observation is the env's state followed by the scaled command (envs/reward_conditioning.py)."""
+The observation is the env's state followed by the scaled command (envs/common/reward_conditioning.py)."""
 
 from __future__ import annotations
 

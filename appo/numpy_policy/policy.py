@@ -121,7 +121,7 @@ class Policy:
         meta = cfg.task_schedule != "none"
         env = make_run_env(cfg, split="test" if meta else "train", render_mode=render_mode)
         if meta:
-            from appo.envs.schedules import SequenceSchedule, TaskSchedule
+            from appo.envs.meta.schedules import SequenceSchedule, TaskSchedule
 
             tests = env.schedule.tasks
             if task is None:
@@ -129,7 +129,7 @@ class Policy:
             else:
                 env.schedule = SequenceSchedule([tests[task]], trial_length(cfg))
         elif task is not None:  # a run without a schedule (MAML-TRPO's): held-out test task `task` of the family
-            from appo.envs.tasks import task_family, task_split
+            from appo.envs.meta.tasks import task_family, task_split
 
             tests = task_split(env, cfg.num_train_tasks, cfg.num_test_tasks, cfg.seed)[1]
             task_family(env).set_task(tests[task])
@@ -166,7 +166,7 @@ class Policy:
     def _evaluate_games(self, env: Any, episodes: int, seed: int | None, own: bool) -> list[float]:
         """`evaluate` for a multi-agent env (appo/envs/multi_agent.py run_game), as enjoy.py plays its games: the
         first reset with `seed`, later ones continuing the env's generator."""
-        from appo.envs.multi_agent import run_game
+        from appo.envs.multi_agent.multi_agent import run_game
 
         first = self.meta["cfg"]["seed"] if seed is None else seed
         state: dict[str, Any] = {}

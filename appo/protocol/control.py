@@ -15,7 +15,7 @@ whole old or a whole new value of each cell.
         its next episode starts from, for reward-conditioned policies (--algo=udrl); NaN: none (the env's own
         default). Written by the UDRL learner after each iteration (`set_commands`), read by the actor worker at
         each episode start of the env and given to the env as reset(options={"command": ...})
-        (envs/reward_conditioning.py CommandObservation keeps it up to date during the episode).
+        (envs/common/reward_conditioning.py CommandObservation keeps it up to date during the episode).
 
     episode_seeds [num_envs_total, 2] int64, one row per env: the seeds of its next episode, (env reset seed, action
         noise seed); -1: none. Read by episodic runs (the traits' `episodic`: MAML) at each rollout's start: the env
@@ -23,7 +23,7 @@ whole old or a whole new value of each cell.
         is the same bits whichever worker and env run it. Written by the MAML driver before it releases a split.
 
 When a cell is -1, the actor worker's assigners decide, locally and without a message: `PolicyDraw` (a
-population's uniform draw of a policy per episode) and the env's task schedule (envs/schedules.py). MAML's
+population's uniform draw of a policy per episode) and the env's task schedule (envs/meta/schedules.py). MAML's
 "task k with adapted weights k" and a reward-conditioned policy's commands are written here by their
 algorithms.
 """

@@ -26,7 +26,7 @@ import numpy as np
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.envs import make_run_env, make_run_vector
-from appo.envs.wrappers import task_bucket
+from appo.envs.meta.wrappers import task_bucket
 from appo.protocol.messages import ActionsReady, EpisodeReport, InferenceRequest, SlotsReleased, Stop
 from appo.protocol.processes import component_main
 from appo.protocol.shared_views import ParamViews, numpy_views

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from appo.envs.multi_agent import AgentEnvError
+from appo.envs.multi_agent.multi_agent import AgentEnvError
 from appo.protocol.control import FREE, weight_set_of
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.split_envs import FinishedEpisode

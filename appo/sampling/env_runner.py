@@ -37,7 +37,7 @@ import numpy as np
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 from appo.envs import make_task_assigner, run_tasks
-from appo.envs.schedules import TaskAssigner
+from appo.envs.meta.schedules import TaskAssigner
 from appo.protocol import episode_ids
 from appo.protocol.buffers import array_dtype, first_env, first_slot, group_index, missing_obs_value
 from appo.protocol.control import FREE, PolicyDraw

@@ -26,7 +26,7 @@ import torch
 
 from appo.config.cfg import Cfg
 from appo.envs import make_run_env
-from appo.envs.multi_agent import run_game
+from appo.envs.multi_agent.multi_agent import run_game
 from appo.models.device import model_device, to_device, to_host
 from appo.models.numpy_twins import make_numpy_policy
 from appo.models.registry import make_model

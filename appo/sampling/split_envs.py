@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from appo.envs.episode_end import EPISODE_CONTINUES, TRUE_OBJECTIVE
-from appo.envs.tasks import task_family
+from appo.envs.common.episode_end import EPISODE_CONTINUES, TRUE_OBJECTIVE
+from appo.envs.meta.tasks import task_family
 from appo.protocol.control import FREE, POLICY, TASK, WEIGHTS
 from appo.utils.logging import log
 

@@ -204,7 +204,7 @@ def choose_tasks(cfg: EnjoyCfg, env: gym.Env) -> None:
         if cfg.task != "random":
             raise EnjoyError(f"--task={cfg.task}: --env={cfg.env} runs no task schedule (--task_schedule=none)")
         return
-    from appo.envs.schedules import SequenceSchedule, TaskSchedule
+    from appo.envs.meta.schedules import SequenceSchedule, TaskSchedule
 
     test = env.schedule.tasks
     if cfg.task == "random":

@@ -83,7 +83,7 @@ def run_spaces(cfg: Any) -> tuple[Any, Any]:
     import gymnasium as gym
 
     from appo.envs import UnknownEnvError, make_run_env
-    from appo.envs.multi_agent import AgentEnvError
+    from appo.envs.multi_agent.multi_agent import AgentEnvError
 
     try:
         env = make_run_env(cfg)

@@ -1,5 +1,5 @@
-"""A Dict observation env (an image and a vector: envs/quadrant_image.py's QuadrantDictEnv) through a whole run of
-train_appo.py with no model flags: it trains on the local backend (the actor workers acting with the Dict encoder's
+"""A Dict observation env (an image and a vector: envs/common/quadrant_image.py's QuadrantDictEnv) through a whole run
+of train_appo.py with no model flags: it trains on the local backend (the actor workers acting with the Dict encoder's
 numpy pass), checkpoints and reports episodes; enjoy.py plays it; ONNX and TorchScript exports take one input per
 key, and the npz export and `appo.load_policy` (numpy) take the env's dict observations or packed ones: all act as
 the torch model on the env's own observations."""
@@ -22,7 +22,7 @@ from appo.learning.checkpoint import list_checkpoints, load_checkpoint
 from appo.models.registry import make_model
 from tests.conftest import ROOT, run_script
 
-ENV = "appo.envs.quadrant_image:QuadrantDictEnv"
+ENV = "appo.envs.common.quadrant_image:QuadrantDictEnv"
 FLAGS = [f"--env={ENV}", "--num_workers=2", "--num_envs_per_worker=4", "--rollout=16", "--batch_size=128"]
 FLAGS += ["--train_for_env_steps=2000", "--device=cpu", "--report_interval=1"]
 

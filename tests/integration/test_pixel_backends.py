@@ -27,7 +27,7 @@ CASES = {
     ),
     # The Dict encoder's image part: a convnet on the 64x64 RGB frame (channels last).
     "dict": (
-        ["--env=appo.envs.quadrant_image:QuadrantDictEnv", "--num_envs_per_worker=4", "--rollout=16"]
+        ["--env=appo.envs.common.quadrant_image:QuadrantDictEnv", "--num_envs_per_worker=4", "--rollout=16"]
         + ["--batch_size=128", "--train_for_env_steps=2000"],
         2000,
         None,

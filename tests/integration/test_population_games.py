@@ -102,7 +102,8 @@ def test_a_population_of_four_in_one_env_ranks_by_win_rate_and_resumes_its_pbt_s
 def test_a_single_agent_envs_true_objective_reaches_tensorboard(train_dir: Path) -> None:
     """paddle_duel's single-agent twin (one side against the scripted tracker) reports a win as its true
     objective; the run's episode/true_objective is the share of games won, which the returns (+1/-1/0) agree with."""
-    argv = ["--env=appo.envs.paddle_duel:PaddleDuelVsScripted", "--num_workers=1", "--num_envs_per_worker=4"]
+    argv = ["--env=appo.envs.multi_agent.paddle_duel:PaddleDuelVsScripted"]
+    argv += ["--num_workers=1", "--num_envs_per_worker=4"]
     argv += ["--rollout=16", "--batch_size=128", "--report_interval=1", "--train_for_env_steps=6000"]
     result = run_script("train_appo.py", [*argv, f"--train_dir={train_dir}", "--experiment=twin"], timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]

@@ -1,6 +1,6 @@
 """uint8 observations through whole runs of train_appo.py: the frames actor workers write reach the learner's batch
 bit for bit and still uint8 (nothing upcasts them before the model), with the local backend (actor workers in their
-own processes, the learner in another) and in serial mode; and the pixel env (envs/quadrant_image.py) trains,
+own processes, the learner in another) and in serial mode; and the pixel env (envs/common/quadrant_image.py) trains,
 checkpoints and reports episodes with no model flags.
 
 The env (tests/support/noise_frames_env.py) records the sha1 of every frame it returns; a sitecustomize on the
@@ -53,7 +53,7 @@ def test_uint8_frames_reach_the_learners_batch_bit_identical(mode, tmp_path, tra
 
 
 def test_the_quadrant_image_env_runs_checkpoints_and_reports(train_dir) -> None:
-    args = ["--env=appo.envs.quadrant_image:QuadrantImageEnv", "--num_workers=2", "--num_envs_per_worker=4"]
+    args = ["--env=appo.envs.common.quadrant_image:QuadrantImageEnv", "--num_workers=2", "--num_envs_per_worker=4"]
     args += ["--rollout=16", "--batch_size=128", "--train_for_env_steps=3000", "--device=cpu", "--report_interval=1"]
     result = run_script("train_appo.py", [*args, f"--train_dir={train_dir}", "--experiment=quadrant"], timeout=60)
     assert result.returncode == 0, result.stdout[-3000:]

@@ -1,9 +1,10 @@
-"""A stand-in for ale-py's AtariVectorEnv (envs/atari.py `make_atari_vector`) that plays scripted games, for driving
-appo/sampling/vector_split.py to cases a real ROM reaches only by chance. What it keeps of the real one: same-step
-autoreset (an ended game's last observation in info["final_obs"], the next game's first in its place), life_loss_info
-(a lost life ends the step as terminated, the game going on), partial resets through options["reset_mask"], one seed
-per env reset, and the info keys "lives", "frame_number" (counting on across an env's games; a seeded reset restarts
-it) and "episode_frame_number" (restarting with each game), 4 frames a step and a few no-op frames at reset.
+"""A stand-in for ale-py's AtariVectorEnv (envs/atari/atari.py `make_atari_vector`) that plays scripted games, for
+driving appo/sampling/vector_split.py to cases a real ROM reaches only by chance. What it keeps of the real one:
+same-step autoreset (an ended game's last observation in info["final_obs"], the next game's first in its place),
+life_loss_info (a lost life ends the step as terminated, the game going on), partial resets through
+options["reset_mask"], one seed per env reset, and the info keys "lives", "frame_number" (counting on across an
+env's games; a seeded reset restarts it) and "episode_frame_number" (restarting with each game), 4 frames a step and a
+few no-op frames at reset.
 
 Every env plays `games` in turn, over and over: a game is its lives after each of its steps and ends (terminated)
 after its last step, whatever its lives; a drop of lives within a game is a lost life. Each game starts with

@@ -14,7 +14,7 @@ from gymnasium import spaces
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
 from appo.envs import make_env
-from appo.envs.multi_agent import AgentEnv, AgentEnvError, run_game
+from appo.envs.multi_agent.multi_agent import AgentEnv, AgentEnvError, run_game
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady
 from appo.sampling.agent_split import AgentEnvRunner

@@ -1,5 +1,5 @@
-"""envs/agent_spaces.py: agents with different spaces padded to one observation space (flattened, zeros after,
-then the agent's kind one-hot) and one action space (the largest Discrete, an action past an agent's range its
+"""envs/multi_agent/agent_spaces.py: agents with different spaces padded to one observation space (flattened, zeros
+after, then the agent's kind one-hot) and one action space (the largest Discrete, an action past an agent's range its
 action 0; the longest 1-D Box, each agent its first entries clipped to its bounds), and what cannot be padded."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from appo.envs.agent_spaces import AgentEnvError, SharedSpaces
+from appo.envs.multi_agent.agent_spaces import AgentEnvError, SharedSpaces
 
 BOX3 = spaces.Box(-5.0, 5.0, (3,), np.float32)
 GRID = spaces.Box(0, 255, (2, 2), np.uint8)

@@ -1,4 +1,4 @@
-"""The Atari family (envs/atari.py): its preprocessing equals a reference built from gymnasium's own wrappers,
+"""The Atari family (envs/atari/atari.py): its preprocessing equals a reference built from gymnasium's own wrappers,
 episodic life ends learning episodes at each lost life while the game goes on, FIRE starts games that wait for it,
 and names map to games with a one-line error for unknown ones."""
 
@@ -11,7 +11,7 @@ import pytest
 ale_py = pytest.importorskip("ale_py")
 
 from appo.envs import UnknownEnvError, make_env  # noqa: E402
-from appo.envs.episode_end import EPISODE_CONTINUES  # noqa: E402
+from appo.envs.common.episode_end import EPISODE_CONTINUES  # noqa: E402
 
 gym.register_envs(ale_py)
 

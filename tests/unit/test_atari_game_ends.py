@@ -4,8 +4,8 @@ whole games: every game's end must be reported as one, however it comes.
 - The native vector env (appo/sampling/vector_split.py over ale-py's AtariVectorEnv) resets a finished game within
   the step, so the info it hands back is the next game's: a game that ends while the player holds more lives than
   a new game starts with (bonus lives) is still a game's end, not a lost life.
-- The single-env wrapper (envs/atari.py `EpisodicLife`) takes one no-op after a lost life; where that no-op ends the
-  game (the step cap landing on it, or the last life lost with it), the game's end is reported as such."""
+- The single-env wrapper (envs/atari/atari.py `EpisodicLife`) takes one no-op after a lost life; where that no-op ends
+  the game (the step cap landing on it, or the last life lost with it), the game's end is reported as such."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from appo.envs.atari import EpisodicLife
-from appo.envs.episode_end import EPISODE_CONTINUES
+from appo.envs.atari.atari import EpisodicLife
+from appo.envs.common.episode_end import EPISODE_CONTINUES
 from appo.sampling.vector_split import VectorEnvRunner
 from tests.support.drive_runner import drive, make_runner
 from tests.support.scripted_atari_vector import ScriptedAtariVector
@@ -54,7 +54,7 @@ def test_vector_with_a_real_rom_reports_whole_games_of_five_lives() -> None:
     """Random Breakout through ale-py's own vector env: each reported game is five learning episodes, four lost lives
     that go on and a game over, whatever its length."""
     pytest.importorskip("ale_py")
-    from appo.envs.atari import make_atari_vector
+    from appo.envs.atari.atari import make_atari_vector
 
     space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     runner_cls = partial(

@@ -12,7 +12,7 @@ import pytest
 from appo.config.cfg import Cfg, build_parser, merge_cfg, parse_cfg
 from appo.config.derive import derive
 from appo.config.verify import verify
-from appo.envs.presets import MUJOCO_PRESET
+from appo.envs.mujoco.family import MUJOCO_PRESET
 from tests.conftest import ROOT
 
 

@@ -20,8 +20,8 @@ from appo.config.algorithms.ppo import PPO_PBT_RANGES, PpoCfg, verify_ppo
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
 from appo.envs import UnknownEnvError, make_run_env, make_task_assigner
-from appo.envs.schedules import make_schedule
-from appo.envs.tasks import Task
+from appo.envs.meta.schedules import make_schedule
+from appo.envs.meta.tasks import Task
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
 from appo.protocol.control import FREE, Assignment, control_channel
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady

@@ -2,7 +2,7 @@
 index 0..n-1 and every path that hands actions to an env gives it index + k: the actor workers' runner (single envs
 and multi-agent rows, appo/envs/agent_spaces.py), evaluation's episodes (appo/sampling/evaluator.py), the numpy
 policy (`appo.load_policy`: tests/integration/test_discrete_start_training.py), and the previous action a meta-RL
-wrapper shows the policy (envs/wrappers.py)."""
+wrapper shows the policy (envs/meta/wrappers.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import gymnasium as gym
 import numpy as np
 
 from appo.config.cfg import Cfg
-from appo.envs.agent_spaces import SharedSpaces
-from appo.envs.multi_agent import AgentEnv
-from appo.envs.schedules import TaskSchedule
-from appo.envs.wrappers import MetaTaskWrapper
+from appo.envs.meta.schedules import TaskSchedule
+from appo.envs.meta.wrappers import MetaTaskWrapper
+from appo.envs.multi_agent.agent_spaces import SharedSpaces
+from appo.envs.multi_agent.multi_agent import AgentEnv
 from appo.models.registry import make_model
 from appo.sampling.agent_split import AgentEnvRunner
 from appo.sampling.evaluator import run_episode

@@ -13,15 +13,10 @@ from gymnasium.utils.env_checker import check_env
 
 from appo.config.cfg import merge_cfg
 from appo.envs import make_env
-from appo.envs.presets import (
-    ANT_META_PRESET,
-    FALLING_ROBOT_PRESET,
-    META_PRESET,
-    MUJOCO_PRESET,
-    NAVIGATION2D_PRESET,
-    env_preset,
-)
-from appo.envs.tasks import task_family
+from appo.envs.meta.family import ANT_META_PRESET, META_PRESET, NAVIGATION2D_PRESET
+from appo.envs.meta.tasks import task_family
+from appo.envs.mujoco.family import FALLING_ROBOT_PRESET, MUJOCO_PRESET
+from appo.envs.presets import env_preset
 from tests.conftest import ROOT
 
 MUJOCO_NAMES = ("ant_dir", "ant_dir2d", "ant_vel", "ant_goal", "half_cheetah_vel", "half_cheetah_dir")

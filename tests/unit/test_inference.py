@@ -263,7 +263,7 @@ def test_maml_policy_adapts_on_a_held_out_task_of_its_run():
     """make_env(task=k) for a run without a schedule is test task k of the run's split (as MAML's meta-test draws
     it); collect + adapt there give a policy that acts otherwise."""
     from appo.envs import make_env
-    from appo.envs.tasks import task_family, task_split
+    from appo.envs.meta.tasks import task_family, task_split
 
     cfg = Cfg(env="navigation2d", algo="maml_trpo", task_schedule="none", maml_mlp_layers=[8])
     space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

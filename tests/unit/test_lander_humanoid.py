@@ -11,7 +11,7 @@ from gymnasium.utils.env_checker import check_env
 
 from appo.config.cfg import Cfg
 from appo.envs import make_env, make_run_env
-from appo.envs.tasks import task_family, task_split
+from appo.envs.meta.tasks import task_family, task_split
 
 pytest.importorskip("Box2D", reason="lunar_lander_wind needs the box2d extra")
 

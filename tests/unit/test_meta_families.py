@@ -1,6 +1,6 @@
-"""The bandit, gaussian_bandit and tabular_mdp families (envs/bandits.py, envs/tabular_mdp.py) and their baselines
-(envs/meta_baselines.py): seeded disjoint splits, rewards that follow the task, RL^2 trials of n pulls, the flags
-reaching the env, and baselines that rank as they should."""
+"""The bandit, gaussian_bandit and tabular_mdp families (envs/meta/bandits.py, envs/meta/tabular_mdp.py) and their
+baselines (envs/meta/meta_baselines.py): seeded disjoint splits, rewards that follow the task, RL^2 trials of n pulls,
+the flags reaching the env, and baselines that rank as they should."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from gymnasium.utils.env_checker import check_env
 from appo.config.cfg import parse_cfg
 from appo.config.verify import verify
 from appo.envs import make_env, make_run_env
-from appo.envs import meta_baselines as mb
+from appo.envs.meta import meta_baselines as mb
+from appo.envs.meta.tabular_mdp import mdp_arrays, mdp_keys
+from appo.envs.meta.tasks import task_split
 from appo.envs.presets import env_preset
-from appo.envs.tabular_mdp import mdp_arrays, mdp_keys
-from appo.envs.tasks import task_split
 
 NAMES = ("bandit", "gaussian_bandit", "tabular_mdp")
 
@@ -166,7 +166,7 @@ def test_mdp_baselines_rank_as_expected() -> None:
 def test_tasks_of_many_values_get_short_buckets():
     """Per-task statistics (episode_by_task/ tags) label a bandit's or an MDP's task by its mean value, not by
     hundreds of keys; a task of a few values keeps its rounded values."""
-    from appo.envs.wrappers import task_bucket
+    from appo.envs.meta.wrappers import task_bucket
 
     mdp = {f"r_{s}_{a}": 1.2 for s in range(10) for a in range(5)}
     assert task_bucket(mdp) == "mean_of_50=+1.0"
@@ -192,7 +192,7 @@ def test_the_envs_of_a_run_share_one_task_split():
 def test_ucb1_tuned_on_training_tasks_scores_higher_on_held_out_ones() -> None:
     """The paper's UCB1 was tuned: c chosen on a run's training tasks (never the held-out ones it is judged on)
     lifts n=100, k=5 from about 67 (c = sqrt 2) to the paper's 78."""
-    from appo.envs import meta_baselines as mb
+    from appo.envs.meta import meta_baselines as mb
 
     train, test = task_split(make_env("bandit", num_arms=5), 300, 300, 0)
     c = mb.tuned_ucb1_c(train, 100, 0)

@@ -17,7 +17,7 @@ import torch
 
 import appo
 from appo.config.cfg import Cfg, cfg_to_dict
-from appo.envs.packed_obs import PackedObsSpace
+from appo.envs.common.packed_obs import PackedObsSpace
 from appo.models.numpy_twins import make_numpy_policy, numpy_description
 from appo.models.registry import make_model
 from appo.numpy_policy.policy_file import write_policy_file

@@ -15,8 +15,8 @@ from gymnasium import spaces
 
 from appo.config.cfg import Cfg
 from appo.envs import make_env
-from appo.envs.packed_obs import PackDictObs, PackedObsSpace
-from appo.envs.quadrant_image import QuadrantDictEnv
+from appo.envs.common.packed_obs import PackDictObs, PackedObsSpace
+from appo.envs.common.quadrant_image import QuadrantDictEnv
 from appo.models.encoders import unpack_obs
 from appo.models.registry import make_model
 
@@ -76,7 +76,7 @@ def test_a_non_box_key_is_refused_in_one_line() -> None:
 
 
 def test_make_env_packs_a_users_dict_env_and_the_model_reads_the_dicts_it_returned() -> None:
-    name = "appo.envs.quadrant_image:QuadrantDictEnv"
+    name = "appo.envs.common.quadrant_image:QuadrantDictEnv"
     env = make_env(name)
     assert isinstance(env, PackDictObs) and isinstance(env.observation_space, PackedObsSpace)
     raw = QuadrantDictEnv()
@@ -102,8 +102,8 @@ def test_make_env_packs_a_users_dict_env_and_the_model_reads_the_dicts_it_return
 
 @pytest.mark.parametrize("algo", ["sac", "udrl"])
 def test_only_the_actor_critic_takes_dict_observations(algo: str) -> None:
-    env = make_env("appo.envs.quadrant_image:QuadrantDictEnv")
-    cfg = Cfg(env="appo.envs.quadrant_image:QuadrantDictEnv", algo=algo)
+    env = make_env("appo.envs.common.quadrant_image:QuadrantDictEnv")
+    cfg = Cfg(env="appo.envs.common.quadrant_image:QuadrantDictEnv", algo=algo)
     with pytest.raises(ValueError, match=rf"^--algo={algo}: Dict observation spaces are not supported"):
         make_model(cfg, env.observation_space, gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from appo.envs.paddle_duel import DOWN, STAY, UP, VEL_SCALE, PaddleDuelEnv, play_games, scripted_action
+from appo.envs.multi_agent.paddle_duel import DOWN, STAY, UP, VEL_SCALE, PaddleDuelEnv, play_games, scripted_action
 from tests.conftest import ROOT
 
 
@@ -180,7 +180,7 @@ def test_tracker_beats_random_play_and_splits_with_itself() -> None:
 
 
 def test_pettingzoo_parallel_api_test_passes_without_pettingzoo_imported_by_the_env() -> None:
-    code = "import sys, appo.envs.paddle_duel; assert 'pettingzoo' not in sys.modules"
+    code = "import sys, appo.envs.multi_agent.paddle_duel; assert 'pettingzoo' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
     pz_test = pytest.importorskip("pettingzoo.test")
     pz_test.parallel_api_test(PaddleDuelEnv(), num_cycles=500)

@@ -11,7 +11,7 @@ import numpy as np
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
-from appo.envs.episode_end import EPISODE_CONTINUES
+from appo.envs.common.episode_end import EPISODE_CONTINUES
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
 from appo.protocol.messages import ActionsReady
 from appo.sampling.env_runner import EnvRunner
@@ -21,7 +21,8 @@ T = 4  # the rollout; a life is lost every T steps, at each rollout's last step
 
 class LivesGame(gym.Env):
     """A game of endless lives, one lost every T steps. The reset after a lost life goes on with the game (as
-    envs/atari.py's EpisodicLife); any other reset starts a new one. Observation: [game number, step in the game]."""
+    envs/atari/atari.py's EpisodicLife); any other reset starts a new one. Observation: [game number, step in the
+    game]."""
 
     observation_space = gym.spaces.Box(0, 1e6, (2,), np.float32)
     action_space = gym.spaces.Discrete(2)

@@ -10,8 +10,8 @@ import numpy as np
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
-from appo.envs.multi_agent import AgentEnv
-from appo.envs.paddle_duel import PaddleDuelEnv
+from appo.envs.multi_agent.multi_agent import AgentEnv
+from appo.envs.multi_agent.paddle_duel import PaddleDuelEnv
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views
 from appo.protocol.control import FREE
 from appo.protocol.messages import ActionsReady, InferenceRequest, TrajectoryReady

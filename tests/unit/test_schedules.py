@@ -12,9 +12,9 @@ import torch
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
 from appo.envs import make_env, make_run_env, trial_length
-from appo.envs.schedules import CurriculumSchedule, difficulty, make_schedule
-from appo.envs.tasks import task_split
-from appo.envs.wrappers import MetaTaskWrapper
+from appo.envs.meta.schedules import CurriculumSchedule, difficulty, make_schedule
+from appo.envs.meta.tasks import task_split
+from appo.envs.meta.wrappers import MetaTaskWrapper
 from appo.protocol.buffers import allocate_control, allocate_trajectories
 from appo.protocol.messages import ActionsReady, TrajectoryReady
 from appo.sampling.env_runner import EnvRunner

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from appo.envs import make_env
-from appo.envs.multi_agent import AgentEnv, AgentEnvError, run_game
-from appo.envs.sf_agents import SfAgents, is_sf_multi_agent
+from appo.envs.multi_agent.multi_agent import AgentEnv, AgentEnvError, run_game
+from appo.envs.multi_agent.sf_agents import SfAgents, is_sf_multi_agent
 from tests.support.agent_games import LeaveJoinGame, SfStyleGame
 
 

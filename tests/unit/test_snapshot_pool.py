@@ -18,8 +18,8 @@ from torch import nn
 
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
-from appo.envs.multi_agent import AgentEnv
-from appo.envs.paddle_duel import PaddleDuelEnv
+from appo.envs.multi_agent.multi_agent import AgentEnv
+from appo.envs.multi_agent.paddle_duel import PaddleDuelEnv
 from appo.learning.snapshot_pool import SnapshotPool, attach_snapshots
 from appo.models.registry import make_model
 from appo.protocol.buffers import allocate_control, allocate_trajectories, numpy_views

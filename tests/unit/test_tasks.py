@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from appo.envs import PROJECT_ENVS, make_env
-from appo.envs.tasks import TaskFamily, task_family, task_split
+from appo.envs.meta.tasks import TaskFamily, task_family, task_split
 
 MUJOCO_NAMES = ("ant_dir", "ant_dir2d", "ant_vel", "ant_goal", "half_cheetah_vel", "half_cheetah_dir")
 FINITE = {"ant_dir", "half_cheetah_dir"}

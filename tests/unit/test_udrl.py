@@ -17,7 +17,7 @@ from appo.config.cfg import make_cfg
 from appo.config.derive import derive
 from appo.config.verify import verify
 from appo.envs import make_run_env
-from appo.envs.reward_conditioning import CommandObservation, SparseReward
+from appo.envs.common.reward_conditioning import CommandObservation, SparseReward
 from appo.models.registry import make_model
 from appo.protocol import episode_ids
 from appo.protocol.buffers import allocate_control

@@ -10,7 +10,7 @@ Gaussian fitted to the replay's targets, shifted up by one standard deviation: o
 written to the control channel's command table. Acting conditions on what training labels with:
 RCP-R with --rcp_condition=episode (the default) labels every step with its episode's discounted return and the
 command holds for the episode; with --rcp_condition=step (the paper's return-to-go) each step gets its own Z_t and the
-command follows the episode as the labels do, Z_{t+1} = (Z_t - r_t) / gamma (envs/reward_conditioning.py, the
+command follows the episode as the labels do, Z_{t+1} = (Z_t - r_t) / gamma (envs/common/reward_conditioning.py, the
 spec's command_follows). RCP-A's advantage target holds for the whole episode.
 Stitching episodes, warm-up, iterations, the greedy evaluation and checkpoints work as in UDRL
 (appo/algorithms/reward_conditioned/udrl.py). An episode's end is treated as terminal (no bootstrap at a time limit)."""

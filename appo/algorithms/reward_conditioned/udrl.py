@@ -5,7 +5,7 @@ The policy (appo/models/command_policy.py) maps (state, command = (desired retur
 and
 is trained by likelihood on its own past episodes relabelled with what they achieved. Data flow:
 - actor workers act with the published weights (uniformly random until the first update: the warm-up) on envs
-  whose observations carry the scaled command (envs/reward_conditioning.py); each episode starts from the command
+  whose observations carry the scaled command (envs/common/reward_conditioning.py); each episode starts from the command
   in the control channel's command table (appo/protocol/control.py), written here after every iteration;
 - the learner core hands over every trajectory as it arrives (`consumes = "replay"`); `update` stitches them into
   whole episodes (by the `episode_ids` field) and keeps the --udrl_buffer_episodes best by return (`BestEpisodes`);

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from appo.envs.multi_agent import AgentEnvError
+from appo.envs.multi_agent.multi_agent import AgentEnvError
 
 
 def is_sf_multi_agent(env: Any) -> bool:

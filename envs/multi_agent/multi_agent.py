@@ -13,9 +13,9 @@ each (appo/sampling/agent_split.py). Per step it takes one action per row and re
   the game at that step of the game.
 
 One policy (or population) serves every row, which self-play needs: agents with different spaces are padded to one
-observation and one action space, with the agent's kind in the observation (envs/agent_spaces.py). A Discrete
-observation space is given to the model one-hot (a Box of 0.0/1.0). Contract errors name the agent: a live agent
-missing from a step's returns, a NaN reward, a space that changed after start-up.
+observation and one action space, with the agent's kind in the observation (envs/multi_agent/agent_spaces.py). A
+Discrete observation space is given to the model one-hot (a Box of 0.0/1.0). Contract errors name the agent: a live
+agent missing from a step's returns, a NaN reward, a space that changed after start-up.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from appo.envs.agent_spaces import AgentEnvError, SharedSpaces
-from appo.envs.episode_end import TRUE_OBJECTIVE
+from appo.envs.common.episode_end import TRUE_OBJECTIVE
+from appo.envs.multi_agent.agent_spaces import AgentEnvError, SharedSpaces
 
 __all__ = ["AgentEnv", "AgentEnvError", "is_parallel_env", "run_game"]
 
@@ -45,7 +45,7 @@ def is_parallel_env(env: Any) -> bool:
 
 class AgentEnv:
     """A Parallel env with a row per possible agent (see the module docstring). `name`: the --env value; `agent_ids`:
-    --obs_agent_id (envs/agent_spaces.py)."""
+    --obs_agent_id (envs/multi_agent/agent_spaces.py)."""
 
     is_multi_agent = True
 

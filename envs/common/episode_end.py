@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # The info key of an episode end for learning only (terminated: nothing is bootstrapped past it) that the episode a
 # run reports goes on past: Atari's lost life under episodic life, while the game and its score go on
-# (envs/atari.py). The actor workers' runner keeps counting the reported episode's return and length.
+# (envs/atari/atari.py). The actor workers' runner keeps counting the reported episode's return and length.
 EPISODE_CONTINUES = "episode_continues"
 
 # The info key of an episode's true objective, at the step that ends it: what population-based training

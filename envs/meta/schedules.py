@@ -1,7 +1,7 @@
 """Task schedules: which task an env runs next, and how many episodes a trial lasts. Pure objects with a
 seeded rng and no env in sight. A schedule answers with an index into the task list it was given
 (`next_index`), so the one choosing (an actor's EnvRunner through a `TaskAssigner`, which the control channel
-can override) can name the task by that index; standalone, envs/wrappers.py asks `next_task` at every trial
+can override) can name the task by that index; standalone, envs/meta/wrappers.py asks `next_task` at every trial
 start (the evaluator's meta-test, enjoy.py).
 
 - per_episode: a new task every episode (trials of one episode).
@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from appo.envs.tasks import Task
+from appo.envs.meta.tasks import Task
 
 SCHEDULES = ("none", "per_episode", "per_trial", "fixed", "curriculum")
 

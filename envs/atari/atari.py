@@ -19,7 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from appo.envs.episode_end import EPISODE_CONTINUES
+from appo.envs.common.episode_end import EPISODE_CONTINUES
 
 # Frames per episode at most (27,000 agent steps at 4 frames a step): the cap of the v4/v5 ids and of CleanRL.
 MAX_FRAMES = 108_000

@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from appo.envs.episode_end import TRUE_OBJECTIVE
+from appo.envs.common.episode_end import TRUE_OBJECTIVE
 
 AGENTS = ("left", "right")
 VEL_SCALE = 10.0  # observed velocity = VEL_SCALE * court units per step

@@ -21,7 +21,7 @@ from gymnasium import utils
 from gymnasium.envs.mujoco.ant_v5 import AntEnv
 from numpy.typing import NDArray
 
-from appo.envs.tasks import Task, TaskEnvMixin, VelocityTasks
+from appo.envs.meta.tasks import Task, TaskEnvMixin, VelocityTasks
 
 CTRL_COST_WEIGHT = 5e-3
 CONTACT_COST_WEIGHT = 5e-4

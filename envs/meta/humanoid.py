@@ -18,7 +18,7 @@ from gymnasium import utils
 from gymnasium.envs.mujoco.humanoid_v5 import HumanoidEnv
 from numpy.typing import NDArray
 
-from appo.envs.tasks import TaskEnvMixin
+from appo.envs.meta.tasks import TaskEnvMixin
 
 
 class HumanoidDirEnv(TaskEnvMixin, HumanoidEnv):

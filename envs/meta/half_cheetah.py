@@ -18,7 +18,7 @@ from gymnasium import utils
 from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
 from numpy.typing import NDArray
 
-from appo.envs.tasks import TaskEnvMixin, VelocityTasks
+from appo.envs.meta.tasks import TaskEnvMixin, VelocityTasks
 
 CTRL_COST_WEIGHT = 0.05
 

@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from appo.envs.tasks import Task, TaskEnvMixin
+from appo.envs.meta.tasks import Task, TaskEnvMixin
 
 _R_KEY = re.compile(r"r_(\d+)_(\d+)$")
 

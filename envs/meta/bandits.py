@@ -4,7 +4,7 @@
 `gaussian_bandit`: a task draws arm means mu_i ~ N(0, 1); pulling arm a pays N(mu_a, 1).
 K is `num_arms` (`--num_arms`, 5 by default). One pull is one episode: an episode is a single step that
 terminates, so a trial of n pulls is `--episodes_per_trial=n`. The observation is the constant [0.0]; under
-`--task_visibility=hidden` the RL^2 wrapper (envs/wrappers.py) appends the previous action (one-hot), reward
+`--task_visibility=hidden` the RL^2 wrapper (envs/meta/wrappers.py) appends the previous action (one-hot), reward
 and done, which is all a policy learns the arms from. Tasks: {'p0': p_0, ..., 'p{K-1}': p_{K-1}} (Bernoulli),
 {'mu0': ..., 'mu{K-1}': ...} (Gaussian). The pull's randomness comes from the env's `np_random` (seeded by
 `reset(seed=...)`), the task's from the rng the tasks are sampled with."""
@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from appo.envs.tasks import Task, TaskEnvMixin
+from appo.envs.meta.tasks import Task, TaskEnvMixin
 
 
 class BanditEnv(TaskEnvMixin, gym.Env[NDArray[np.float32], np.int64]):

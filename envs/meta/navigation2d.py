@@ -22,7 +22,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from appo.envs.tasks import Task, TaskEnvMixin
+from appo.envs.meta.tasks import Task, TaskEnvMixin
 
 
 class Navigation2DEnv(TaskEnvMixin, gym.Env[NDArray[np.float32], NDArray[np.float32]]):

@@ -6,7 +6,7 @@ bottom right). The action (Discrete(4)) names the quadrant of the image just sho
 then the next image. Episodes last 20 steps (`episode_steps`), ended as a time limit (truncated): a random policy
 scores 5, a perfect one 20.
 
-    python train_appo.py --env=appo.envs.quadrant_image:QuadrantImageEnv --train_for_env_steps=100000
+    python train_appo.py --env=appo.envs.common.quadrant_image:QuadrantImageEnv --train_for_env_steps=100000
 
 `QuadrantDictEnv` is the same task with a Dict observation, an image and a vector: {"image": the image, "flag":
 float32 [1], -1 or +1, drawn with each image} and eight actions: the quadrant under -1, the quadrant + 4 under +1.

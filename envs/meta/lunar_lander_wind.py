@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium.envs.box2d.lunar_lander import LunarLander
 from gymnasium.utils import EzPickle
 
-from appo.envs.tasks import Task, TaskEnvMixin
+from appo.envs.meta.tasks import Task, TaskEnvMixin
 
 WIND_POWER = (0.0, 20.0)
 TURBULENCE_POWER = (0.0, 2.0)

@@ -2,7 +2,7 @@
 
 A *trial* is what the engine sees as one episode: `episodes_per_trial` episodes of the inner env on one
 task, given by `reset(options={"task": ...})` (in a run: the actor's EnvRunner, from the control channel or
-the env's task assigner) or else drawn from the wrapper's schedule (envs/schedules.py) when the trial
+the env's task assigner) or else drawn from the wrapper's schedule (envs/meta/schedules.py) when the trial
 starts. Inner episode ends inside a trial are hidden from the engine, so the recurrent state is carried
 across them and reset only at trial boundaries (RL^2). A trial ends as its last episode ends: a termination,
 or a truncation at the inner env's time limit.
@@ -21,8 +21,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from appo.envs.schedules import TaskSchedule
-from appo.envs.tasks import Task, task_family
+from appo.envs.meta.schedules import TaskSchedule
+from appo.envs.meta.tasks import Task, task_family
 
 
 def _action_width(space: gym.Space) -> int:

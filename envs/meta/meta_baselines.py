@@ -1,7 +1,7 @@
 """Classic baselines for the bandit and tabular-MDP families (the rows of RL^2's Tables 1 and 2). Numpy only.
 
 Each function plays one trial of `n` pulls (bandits) or `n` episodes (MDPs) on every task of `tasks` (the dicts
-of envs/bandits.py or envs/tabular_mdp.py, e.g. a run's held-out test tasks) and returns the mean total reward
+of envs/meta/bandits.py or envs/meta/tabular_mdp.py, e.g. a run's held-out test tasks) and returns the mean total reward
 per trial. All tasks are simulated at once, vectorised; the pulls, transitions and the policies' own draws come
 from `np.random.default_rng(seed)`, so a call is deterministic. `gaussian=True` reads the tasks as
 gaussian_bandit tasks (arm means 'mu{i}', pulls pay N(mu, 1)); otherwise Bernoulli ('p{i}').
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from appo.envs.tabular_mdp import mdp_arrays
+from appo.envs.meta.tabular_mdp import mdp_arrays
 
 Tasks = Sequence[Mapping[str, float]]
 
