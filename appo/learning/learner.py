@@ -253,9 +253,12 @@ class Learner:
         return [LoadPolicy(msg.target, self.policy_id, str(path), msg.hparams)]
 
     def load_policy(self, msg: LoadPolicy) -> None:
-        """Become a copy of policy `msg.source` (weights, optimizer state, normalisers) with new hyperparameters.
-        The version jumps past --max_policy_lag, so experience collected by the replaced weights is dropped
-        (at train time: see `train`)."""
+        """Become a copy of policy `msg.source` (weights, optimizer state, normalisers, its self-play pool whole)
+        with new hyperparameters. The version jumps past --max_policy_lag, so experience collected by the replaced
+        weights is dropped (at train time: see `train`). The learner goes on counting its own versions (its
+        iterations, which --train_for_iterations and the lag of its batches count), not the source's; the pool keeps
+        the source's versions and order of arrival (appo/learning/snapshot_pool.py), and inference components tell
+        its refilled slots by their stores' publish stamps, whatever versions the slots held before."""
         state = load_checkpoint(Path(msg.path), map_location=self.device)
         self._load_state(state)
         self.set_hparams(msg.hparams)

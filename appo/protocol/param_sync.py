@@ -5,8 +5,14 @@ One shared-memory CPU copy of the model's state_dict per policy (parameters and 
 included) and an int64 version. The copy is guarded by a sequence counter, not a lock (a seqlock): the one
 writer, the learner, makes the counter odd, copies, then makes it even again; a reader copies and keeps the
 copy only if the counter was even and unchanged around it, else it copies again. Readers never block the
-writer, and a reader killed mid-copy (actor workers are killed and restarted) leaves nothing held. A
-reader compares versions without copying (a cheap read every batch) and copies only when it moved.
+writer, and a reader killed mid-copy (actor workers are killed and restarted) leaves nothing held.
+
+A reader decides whether to copy by the counter too, not by the version: it remembers the counter it last copied
+at (`current_stamp`, a cheap read every batch) and copies again when it moved. The version is what the weights
+are called (it goes into every sample as the policy version), and the same version can be published twice with
+other weights: a PBT copy refills a self-play pool with its source's snapshots (appo/learning/snapshot_pool.py),
+which both learners took at the same multiples of --selfplay_snapshot_every. Every publish moves the counter, so
+a reader never keeps acting with weights that were replaced under an equal version.
 
 The counter alone is enough only where stores become visible to other cores in program order (x86). Python has
 no memory fence, and on weakly ordered CPUs (aarch64: Graviton, Grace) a reader may see the counter even and
@@ -46,6 +52,12 @@ class ParamStore:
             self.version[0] = version
             self.sequence += 1
 
+    def clear(self) -> None:
+        """Mark the store empty (version 0: an empty self-play slot), as a publish does, so readers see it."""
+        self.sequence += 1
+        self.version[0] = 0
+        self.sequence += 1
+
     def _crc(self) -> int:
         return state_checksum(t.numpy() for t in self.state.values())
 
@@ -79,9 +91,19 @@ class ParamStore:
             view = self._version_view = self.version.numpy()
         return int(view[0])
 
+    def current_stamp(self) -> int:
+        """The publish stamp: the sequence counter, which every publish (and `clear`) moves. A reader that read it
+        before its last copy and reads another now has a publish to copy, whatever its version (module docstring).
+        Read through a numpy view, as `current_version`."""
+        view = self.__dict__.get("_stamp_view")
+        if view is None:
+            view = self._stamp_view = self.sequence.numpy()
+        return int(view[0])
+
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.pop("_version_view", None)  # a numpy view would be pickled as a copy, not the shared counter
+        for view in ("_version_view", "_stamp_view"):  # a numpy view would be pickled as a copy, not the counter
+            state.pop(view, None)
         return state
 
     def pull(self, model: nn.Module, patience: float = 5.0) -> int:

@@ -76,6 +76,10 @@ class ParamViews:
     def current_version(self) -> int:
         return int(self.version[0])
 
+    def current_stamp(self) -> int:
+        """As ParamStore.current_stamp: the sequence counter, moved by every publish."""
+        return int(self.sequence[0])
+
     def pull_state(self, patience: float = 5.0) -> tuple[int, dict[str, np.ndarray]]:
         """(version, a copy of the published state dict), never half of an update; raises like ParamStore.pull when
         a publish stays unfinished for `patience` seconds (its learner died mid-copy)."""

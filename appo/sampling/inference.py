@@ -49,7 +49,9 @@ class Inference:
         self.np_buf = numpy_views(buffers)
         self.stores = stores
         self.policies = list(range(len(stores))) if shared else [policy_id]
+        # Per weight set: the version of the weights acting here, and its store's publish stamp when they were pulled.
         self.versions = [-1] * len(stores)
+        self.stamps = [-1] * len(stores)
         self.fast = fast
         self.slot_policy = np.asarray(control["slot_policy"]) if control is not None and len(stores) > 1 else None
         # Serving a population on the numpy path: one pass over the stacked weights of every policy.
@@ -82,11 +84,16 @@ class Inference:
         return tuple(fast.act(obs, rnn))
 
     def maybe_pull_weights(self) -> None:
+        """Pull every weight set published since its last pull: told by the store's publish stamp, not its version
+        (a PBT copy publishes its source's self-play snapshots under versions the slots may already hold). The stamp
+        is read before the pull: a publish during it makes the next call pull again, it is never missed."""
         pulled = False
         for k, store in enumerate(self.stores):
-            if store.current_version() != self.versions[k]:
+            stamp = store.current_stamp()
+            if stamp != self.stamps[k]:
                 with self.timing.add_time("weight_sync"):
                     self.versions[k] = self.pull(k)
+                self.stamps[k] = stamp
                 pulled = True
         if pulled and self.stack is not None:
             with self.timing.add_time("weight_sync"):

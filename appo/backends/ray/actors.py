@@ -63,7 +63,6 @@ class RayActorWorker:
         control["group_at_learner"].copy_(torch.from_numpy(group_at_learner))
         self.template = make_model(cfg, *self.spaces)
         self.params = [ParamStore(self.template) for _ in range(self.num_weight_sets)]
-        self.versions = [-1] * self.num_weight_sets
         self._load_weights(weights)
         acting = make_policy_workers(
             cfg, derived, buffers, self.params, self.spaces, "cpu", control, acting_stream(w, incarnation)
@@ -84,15 +83,15 @@ class RayActorWorker:
         return {"node_id": context.get_node_id(), "pid": os.getpid(), "incarnation": incarnation}
 
     def _load_weights(self, weights: dict[int, tuple[int, Any]]) -> None:
+        """Publish each weight set sent (the driver sends one only when its store was published since it last sent
+        it) into this actor's store of it, where the acting components pull it: by the publish, whatever its version
+        (a PBT copy refills a self-play slot under the version it may already hold)."""
         import ray
 
-        for policy_id, (version, ref) in weights.items():
-            if version == self.versions[policy_id]:
-                continue
+        for weight_set, (version, ref) in weights.items():
             state = ray.get(ref[0])  # the reference, not the value, travelled with the call
             self.template.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-            self.params[policy_id].publish(self.template, version)
-            self.versions[policy_id] = version
+            self.params[weight_set].publish(self.template, version)
 
     def collect(
         self,
@@ -179,7 +178,8 @@ class ActorState:
     node_id: str = ""
     in_flight: dict[Any, float] = field(default_factory=dict)  # ref -> when submitted (collect and start calls)
     releases: list[SlotsReleased] = field(default_factory=list)  # to go with the next call
-    versions: list[int] = field(default_factory=list)  # weights versions sent, per policy
+    versions: list[int] = field(default_factory=list)  # per weight set, the version sent (appo/maml/ray_actors.py)
+    stamps: list[int] = field(default_factory=list)  # per weight set, the publish stamp of the weights sent
     is_parked: bool = False
     started: Any = None  # the ref of the pending `start` call
     start_at: float | None = None  # when to call `start` again (its actor was still restarting)

@@ -14,9 +14,10 @@ The transport of docs/architecture.md's seams, with arrays instead of slot indic
   back to the actor with the next `collect` call: slot ownership moves as in a local run, so backpressure does
   too (an actor whose groups are all at the learner parks and is not called until one comes back), and at most
   IN_FLIGHT calls wait per actor.
-  weights: each new version of a policy (or of one of its self-play snapshots) is put into the object store once;
-  an actor gets the reference with its next call when its version is behind, and fetches the object itself (once
-  per node, shared there).
+  weights: each publish of a policy (or of one of its self-play snapshots) is put into the object store once;
+  an actor gets the reference with its next call when it has not had that publish, and fetches the object itself
+  (once per node, shared there). Publishes are told apart by their store's publish stamp, not by version: a PBT
+  copy refills a self-play pool with its source's snapshots, under versions the slots may already hold.
   control channel: the rows of the driver's assignments and commands tables that name the actor's envs travel
   with every call (a few numbers per env), and the table of filled self-play snapshots with a pool, so learners'
   and the driver's choices reach the actors as locally.
@@ -59,8 +60,8 @@ class RayBackend(LocalBackend):
         super().__init__(*args, **kwargs)
         self.started_ray = False
         self.actors: list[ActorState] = []
-        # (version, [ref]) per weight set: the policies', then their self-play snapshots'
-        self.weights: list[tuple[int, Any]] = [(-1, None)] * len(self.weight_sets)
+        # (publish stamp, version, [ref]) per weight set: the policies', then their self-play snapshots'
+        self.weights: list[tuple[int, int, Any]] = [(-1, -1, None)] * len(self.weight_sets)
         self.ray_restarts = 0
         self.failures: list[str] = []
         self.np_buffers = {k: v.numpy() for k, v in self.buffers.items()}  # the run's shared trajectory table
@@ -97,36 +98,38 @@ class RayBackend(LocalBackend):
         remote = remote_actor_class(self.cfg, RayActorWorker, self.started_ray, "actor workers")
         for w in self.topology.actors:
             handle = remote.remote(self.cfg, self.derived, w, self.spaces, self.shards or None)
-            state = ActorState(handle, versions=[-1] * len(self.weight_sets))
+            state = ActorState(handle)
             self.actors.append(state)
             self._start(w, state)
 
     def _start(self, w: int, state: ActorState) -> None:
         held = self.control["group_at_learner"].numpy().copy()
+        state.stamps = [-1] * len(self.weight_sets)  # a start builds every weight set afresh: all are sent
         state.started = state.handle.start.remote(state.incarnation, held, self._weights_for(state))
         state.in_flight = {state.started: time.monotonic()}
         state.is_parked, state.start_at = False, None
 
     def _weights_for(self, state: ActorState) -> dict[int, tuple[int, Any]]:
-        """References to the newest weights of each weight set this actor has not had yet."""
+        """(version, reference) of the newest weights of each weight set this actor has not had yet."""
         self._put_weights()
         out = {}
-        for p, (version, ref) in enumerate(self.weights):
-            if ref is not None and version != state.versions[p]:
+        for p, (stamp, version, ref) in enumerate(self.weights):
+            if ref is not None and stamp != state.stamps[p]:
                 out[p] = (version, ref)
-                state.versions[p] = version
+                state.stamps[p] = stamp
         return out
 
     def _put_weights(self) -> None:
-        """Put each weight set's newest published weights into the object store, once per version."""
+        """Put each weight set's newest published weights into the object store, once per publish (the store's
+        stamp, read before the pull: a publish during it is put again at the next call, never missed)."""
         import ray
 
         for p, store in enumerate(self.weight_sets):
-            version = store.current_version()
-            if version != self.weights[p][0]:
+            stamp = store.current_stamp()
+            if stamp != self.weights[p][0]:
                 version = store.pull(self.template)
                 state = {k: v.numpy().copy() for k, v in self.template.state_dict().items()}
-                self.weights[p] = (version, [ray.put(state)])  # in a list: actors get the reference
+                self.weights[p] = (stamp, version, [ray.put(state)])  # in a list: actors get the reference
 
     @property
     def template(self) -> Any:
@@ -238,7 +241,6 @@ class RayBackend(LocalBackend):
             return
         self.ray_restarts += 1
         state.incarnation += 1
-        state.versions = [-1] * len(self.weight_sets)
         log.warning("actor_worker_%d %s: starting it again (restart %d)", w, why, self.ray_restarts)
         self._start(w, state)
 
