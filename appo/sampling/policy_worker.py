@@ -2,7 +2,7 @@
 observations of all those splits from the shared trajectory tensors, runs one forward pass on the
 device, and scatters actions, log-probs, values, rnn states and the weights version back into the same
 slots; then answers each split with ActionsReady (appo/sampling/inference.py). New weights are pulled whenever
-the learner's version moved.
+the learner publishes (its store's publish stamp moved).
 
 `PolicyWorker` is the component; `run_policy_worker` the process shell.
 """
