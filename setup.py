@@ -47,6 +47,9 @@ setup(
         # --env=atari_<game>: ale-py bundles the ROMs (no download); opencv for gymnasium's Atari preprocessing (its
         # 84x84 resize). Tested with ale-py 0.12.1 and opencv-python-headless 5.1.0.
         "atari": ["ale-py>=0.11", "opencv-python-headless>=4"],
+        # --env=doom_<scenario>: the vizdoom wheel bundles its engine, freedoom and the scenarios; opencv resizes the
+        # screen. Tested with vizdoom 1.3.2.
+        "doom": ["vizdoom>=1.3.2", "opencv-python-headless>=4"],
         # Multi-agent envs: PettingZoo's Parallel API (classic games such as rps_v2) and its particle worlds (mpe2).
         "multiagent": ["pettingzoo>=1.25", "mpe2>=1.1"],
         # --backend=ray and sweeps on a cluster: the minimal package (no dashboard); tested with 2.60.0 (cp311 wheel)

@@ -61,9 +61,9 @@ def run(command: str, train_dir) -> subprocess.CompletedProcess:
 def test_readme_has_the_two_setup_commands_first():
     blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     assert "pip install torch==2.13.0" in blocks[0] and "train_appo.py --env=ant_dir" in blocks[0]
-    assert "pip install -e '.[test,ray,onnx,wandb,box2d,atari,multiagent]'" in blocks[1] and "pytest" in blocks[1]
+    assert "pip install -e '.[test,ray,onnx,wandb,box2d,atari,multiagent,doom]'" in blocks[1] and "pytest" in blocks[1]
     # (CI installs the same extras: .ci/run)
-    assert "'.[test,ray,onnx,wandb,box2d,atari,multiagent]'" in (ROOT / ".ci" / "run").read_text()
+    assert "'.[test,ray,onnx,wandb,box2d,atari,multiagent,doom]'" in (ROOT / ".ci" / "run").read_text()
 
 
 # In pytest-xdist's group "ray" (tests/support/ray_cluster.py): README's Ray commands start Ray, and the
