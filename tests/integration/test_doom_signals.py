@@ -1,0 +1,75 @@
+"""A doom run stopped at any moment leaves no game behind: Ctrl-C, SIGTERM and SIGKILL of the driver 3, 10 and 25 s
+into a run (start-up, the first games, training), and SIGKILL of one actor worker, whose games die with it while its
+successor starts its own. Counted on the machine's game processes and /dev/shm (xdist group "doom": no other test
+plays Doom meanwhile)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import _kill_group
+from tests.integration.test_doom import doom_shm, games, wait_until_gone
+from tests.integration.test_faults import find, start
+
+pytestmark = [pytest.mark.xdist_group("doom"), pytest.mark.slow]
+
+RUN = ["--env=doom_basic", "--num_workers=2", "--num_envs_per_worker=4", "--rnn_size=64", "--batch_size=256"]
+RUN += ["--report_interval=1", "--train_for_seconds=600"]
+
+
+@pytest.mark.parametrize("moment", [3.0, 10.0, 25.0])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["int", "term", "kill"])
+def test_a_stopped_doom_run_leaves_no_game(train_dir: Path, sig: int, moment: float) -> None:
+    shm_before, games_before = doom_shm(), set(games())
+    proc = start([*RUN, f"--train_dir={train_dir}", "--experiment=stop"])
+    try:
+        time.sleep(moment)
+        assert proc.poll() is None, "the run ended before the signal"
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        left = _kill_group(proc.pid)
+        assert not left, f"processes of the run left after signal {sig} at {moment} s: {left}"
+        started = list(set(games()) - games_before)
+        assert not wait_until_gone(started), f"games left after signal {sig} at {moment} s"
+        deadline = time.monotonic() + 10
+        while doom_shm() - shm_before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not doom_shm() - shm_before, f"/dev/shm after signal {sig} at {moment} s"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_killed_worker_takes_its_games_and_its_successor_plays(train_dir: Path) -> None:
+    games_before = set(games())
+    proc = start([*RUN, f"--train_dir={train_dir}", "--experiment=restart"])
+    try:
+        worker = find(proc, "appo:restart:actor_worker_0", timeout=90)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len(set(games()) - games_before) < 8:
+            time.sleep(0.2)
+        mine = [p.pid for p in worker.children(recursive=True) if "vizdoom" in " ".join(p.cmdline())]
+        assert len(set(games()) - games_before) == 8, "the run's 8 games never all started"
+        worker.kill()
+        assert not wait_until_gone(mine), "the killed worker's games outlived it"
+        deadline = time.monotonic() + 90  # its successor builds 4 games of its own
+        while time.monotonic() < deadline and len(set(games()) - games_before) < 8:
+            time.sleep(0.2)
+        assert len(set(games()) - games_before) == 8, "the restarted worker's games never started"
+        assert psutil.pid_exists(proc.pid) and proc.poll() is None
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except Exception:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert not wait_until_gone(list(set(games()) - games_before))
