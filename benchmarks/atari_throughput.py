@@ -21,13 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,9 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from throughput import foreign_cpu, steady_fps, summary, summed_rates  # noqa: E402
-
-FRAMESKIP = 4
+from peer_runs import appo_run, sf_fps  # noqa: E402
+from throughput import foreign_cpu, summary, summed_rates  # noqa: E402
 
 
 def _gym_worker(game: str, envs: int, seconds: float, out: Any) -> None:
@@ -83,87 +77,6 @@ def raw_vector_fps(game: str, procs: int, envs: int, seconds: float) -> float:
     return rate
 
 
-SF_FRAMES = re.compile(r"\[\d{4}-\d\d-\d\d (\d\d:\d\d:\d\d),(\d{3})\].*Total num frames: (\d+)")
-
-
-def _window_done(log_path: Path, seconds: float) -> bool:
-    """Whether Sample Factory's log has reports `seconds` after its first one with frames."""
-    times = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        match = SF_FRAMES.search(line)
-        if match and int(match.group(3)) > 0:
-            h, m, s = (int(v) for v in match.group(1).split(":"))
-            times.append(h * 3600 + m * 60 + s)
-    return bool(times) and times[-1] - times[0] >= seconds
-
-
-def sf_fps(sf_python: str, game: str, seconds: float, warmup: float, workers: int, envs: int, splits: int) -> float:
-    """Agent steps/s of Sample Factory 2.1.1's Atari example over the window after `warmup` seconds."""
-    train_dir = Path(tempfile.mkdtemp(prefix="sf_tp_"))
-    # ale-py 0.12 registers the v0/v4 ids Sample Factory's Atari example makes only when asked: in every process
-    # (its workers are spawned), so through a sitecustomize on their path.
-    site = train_dir / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text("import ale_py.registration\nale_py.registration.register_v0_v4_envs()\n")
-    cmd = [sf_python, "-m", "sf_examples.atari.train_atari", f"--env=atari_{game}", "--experiment=tp"]
-    cmd += [f"--train_dir={train_dir}", f"--num_workers={workers}", f"--num_envs_per_worker={envs}"]
-    cmd += [f"--worker_num_splits={splits}", "--async_rl=True", "--batched_sampling=False", "--device=cpu"]
-    cmd += ["--with_wandb=False", f"--train_for_seconds={int(seconds + warmup + 20)}", "--save_every_sec=100000"]
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    # Its --train_for_seconds did not stop it here: the window is ours, then its process group is stopped.
-    log_path = train_dir / "stdout.txt"
-    with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + seconds + warmup + 240
-        while proc.poll() is None and time.monotonic() < deadline and not _window_done(log_path, seconds + warmup):
-            time.sleep(2)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    text = log_path.read_text(errors="replace")
-    shutil.rmtree(train_dir, ignore_errors=True)
-    points = []
-    for line in text.splitlines():
-        match = SF_FRAMES.search(line)
-        if match:
-            h, m, s = (int(v) for v in match.group(1).split(":"))
-            points.append((h * 3600 + m * 60 + s + int(match.group(2)) / 1000, int(match.group(3))))
-    first = next((t for t, frames in points if frames > 0), None)
-    if first is None:
-        raise RuntimeError("Sample Factory reported no frames:\n" + text[-3000:])
-    steady = [(t, f) for t, f in points if t - first >= warmup]
-    if len(steady) < 2:
-        raise RuntimeError("too few Sample Factory reports after warm-up")
-    (t0, f0), (t1, f1) = steady[0], steady[-1]
-    return (f1 - f0) / (t1 - t0) / FRAMESKIP
-
-
-PROFILE = re.compile(r"\] INFO (actor worker \d+|learner \d+) profile: wall=([\d.]+)s (.*)$")
-
-
-def appo_run(env: str, seconds: float, warmup: float, extra: list[str], sampler_only: bool) -> tuple[float, str]:
-    """Steady-state agent steps/s of train_appo.py, and where its processes spent their time (each actor worker's
-    and learner's own profile lines: env stepping, acting, waiting; training)."""
-    train_dir = Path(tempfile.mkdtemp(prefix="appo_tp_"))
-    cmd = [sys.executable, "train_appo.py", f"--env={env}", "--experiment=tp", f"--train_dir={train_dir}"]
-    cmd += [f"--train_for_seconds={seconds + warmup + 10}", "--report_interval=2", "--save_every_sec=1e9"]
-    cmd += [f"--sampler_only={sampler_only}", *extra]
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    fps = steady_fps(train_dir / "tp" / "summaries", warmup)
-    where = []
-    for line in (train_dir / "tp" / "log.txt").read_text(errors="replace").splitlines():
-        match = PROFILE.search(line)
-        if match:
-            parts = re.findall(r"(\w+)=[\d.]+s \((\d+)%\)", match.group(3))
-            where.append(f"{match.group(1)}: " + " ".join(f"{name} {pct}%" for name, pct in parts))
-    shutil.rmtree(train_dir, ignore_errors=True)
-    return fps, "; ".join(where)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--game", default="pong")
@@ -199,7 +112,19 @@ def main() -> int:
             print(f"  appo training: {where}", flush=True)
         if "sf" not in args.skip and args.sf_python:
             rows.setdefault("Sample Factory 2.1.1 training", []).append(
-                sf_fps(args.sf_python, args.game, args.seconds, args.warmup, args.workers, args.envs, 2)
+                sf_fps(
+                    args.sf_python,
+                    "sf_examples.atari.train_atari",
+                    f"atari_{args.game}",
+                    args.seconds,
+                    args.warmup,
+                    args.workers,
+                    args.envs,
+                    2,
+                    # ale-py 0.12 registers the v0/v4 ids Sample Factory's Atari example makes only when asked: in
+                    # every process (its workers are spawned), so through a sitecustomize on their path.
+                    "import ale_py.registration\nale_py.registration.register_v0_v4_envs()\n",
+                )
             )
         print({k: round(v[-1]) for k, v in rows.items()}, flush=True)
     print(
