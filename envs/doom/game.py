@@ -22,6 +22,84 @@ from appo.envs.doom.launcher import launcher_path
 from appo.envs.doom.scenarios import SCENARIOS
 
 
+class PlayerGame:
+    """One player's game: `cfg` (a .cfg of vizdoom's scenarios folder) rendered at 160x120 RGB, hidden and silent, its
+    buttons and game variables as the .cfg has them or as given, `args` added to the game's command line (a match's
+    host or join arguments), started through appo's launcher at `start`."""
+
+    def __init__(
+        self,
+        cfg: str,
+        buttons: list[str] | None = None,
+        variables: list[str] | None = None,
+        size: tuple[int, int] = (128, 72),
+        args: str = "",
+        name: str = "",
+    ) -> None:
+        import vizdoom
+
+        self.size = size
+        self.game = vizdoom.DoomGame()
+        self.game.load_config(os.path.join(vizdoom.scenarios_path, cfg))
+        self.game.set_window_visible(False)
+        self.game.set_sound_enabled(False)
+        self.game.set_screen_resolution(vizdoom.ScreenResolution.RES_160X120)
+        self.game.set_screen_format(vizdoom.ScreenFormat.RGB24)
+        self.game.set_mode(vizdoom.Mode.PLAYER)
+        if buttons is not None:
+            self.game.set_available_buttons([vizdoom.Button.__members__[b] for b in buttons])
+        if variables is not None:
+            self.game.set_available_game_variables([vizdoom.GameVariable.__members__[v] for v in variables])
+        if args:
+            self.game.add_game_args(args)
+        if name:
+            self.game.add_game_args(f"+name {name}")
+        self.buttons = [str(b).rpartition(".")[2] for b in self.game.get_available_buttons()]
+        self.variables = [str(v).rpartition(".")[2] for v in self.game.get_available_game_variables()]
+        self.started = False
+        self.frame = np.zeros((120, 160, 3), np.uint8)  # the last full-size screen
+        self.last_obs: Any = None
+
+    def observation_space(self) -> gym.Space:
+        width, height = self.size
+        screen = gym.spaces.Box(0, 255, (height, width, 3), np.uint8)
+        if not self.variables:
+            return screen
+        variables = gym.spaces.Box(-np.inf, np.inf, (len(self.variables),), np.float32)
+        return gym.spaces.Dict({"screen": screen, "vars": variables})
+
+    def start(self) -> None:
+        import vizdoom
+
+        self.game.set_vizdoom_path(launcher_path(os.path.join(os.path.dirname(vizdoom.__file__), "vizdoom")))
+        self.game.init()
+        self.started = True
+
+    def observe(self) -> Any:
+        """The observation of the game's current state; the last one again once the episode has finished."""
+        import cv2
+
+        state = self.game.get_state()
+        if state is None:
+            return self.last_obs
+        self.frame = state.screen_buffer
+        screen = cv2.resize(self.frame, self.size, interpolation=cv2.INTER_AREA)
+        self.last_obs = (
+            {"screen": screen, "vars": np.asarray(state.game_variables, np.float32)} if self.variables else screen
+        )
+        return self.last_obs
+
+    def variable(self, name: str) -> float:
+        import vizdoom
+
+        return float(self.game.get_game_variable(vizdoom.GameVariable.__members__[name]))
+
+    def close(self) -> None:
+        if self.started:
+            self.game.close()
+            self.started = False
+
+
 class DoomEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 35}
 
@@ -33,73 +111,36 @@ class DoomEnv(gym.Env):
         height: int = 72,
         render_mode: str | None = None,
     ) -> None:
-        import vizdoom
-
         if scenario not in SCENARIOS:
             raise ValueError(f"unknown Doom scenario {scenario!r}; known: {', '.join(sorted(SCENARIOS))}")
-        self.scenario, self.frameskip, self.size = SCENARIOS[scenario], frameskip, (width, height)
+        self.scenario, self.frameskip = SCENARIOS[scenario], frameskip
         self.render_mode = render_mode
-        self.game = vizdoom.DoomGame()
-        self.game.load_config(os.path.join(vizdoom.scenarios_path, self.scenario.cfg))
-        self.game.set_window_visible(False)
-        self.game.set_sound_enabled(False)
-        self.game.set_screen_resolution(vizdoom.ScreenResolution.RES_160X120)
-        self.game.set_screen_format(vizdoom.ScreenFormat.RGB24)
-        self.game.set_mode(vizdoom.Mode.PLAYER)
-        buttons = [str(b).rpartition(".")[2] for b in self.game.get_available_buttons()]
-        self.actions = self.scenario.actions(buttons)
-        self.num_vars = len(self.game.get_available_game_variables())
-        screen = gym.spaces.Box(0, 255, (height, width, 3), np.uint8)
-        if self.num_vars:
-            variables = gym.spaces.Box(-np.inf, np.inf, (self.num_vars,), np.float32)
-            self.observation_space: gym.Space = gym.spaces.Dict({"screen": screen, "vars": variables})
-        else:
-            self.observation_space = screen
+        self.player = PlayerGame(self.scenario.cfg, size=(width, height))
+        self.game = self.player.game
+        self.actions = self.scenario.actions(self.player.buttons)
+        self.observation_space = self.player.observation_space()
         self.action_space = gym.spaces.Discrete(len(self.actions))
-        self.started = False
-        self.frame = np.zeros((120, 160, 3), np.uint8)  # the last full-size screen
-        self.last_obs: Any = None
-
-    def _start(self) -> None:
-        import vizdoom
-
-        self.game.set_vizdoom_path(launcher_path(os.path.join(os.path.dirname(vizdoom.__file__), "vizdoom")))
-        self.game.init()
-        self.started = True
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed)
         if seed is not None:
             self.game.set_seed(int(seed) % 2**32)
-        if not self.started:
-            self._start()
+        if not self.player.started:
+            self.player.start()
         self.game.new_episode()
-        return self._observe(), {}
+        return self.player.observe(), {}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         reward = float(self.game.make_action(self.actions[int(action)], self.frameskip))
-        if self.game.is_episode_finished():  # no state after the last tic: the last screen stands
+        obs = self.player.observe()  # no state after the last tic: the last screen stands
+        if self.game.is_episode_finished():
             timeout = self.game.get_episode_timeout()
             truncated = not self.game.is_player_dead() and timeout > 0 and self.game.get_episode_time() >= timeout - 1
-            return self.last_obs, reward, not truncated, truncated, {}
-        return self._observe(), reward, False, False, {}
-
-    def _observe(self) -> Any:
-        import cv2
-
-        state = self.game.get_state()
-        self.frame = state.screen_buffer
-        screen = cv2.resize(self.frame, self.size, interpolation=cv2.INTER_AREA)
-        if self.num_vars:
-            self.last_obs = {"screen": screen, "vars": np.asarray(state.game_variables, np.float32)}
-        else:
-            self.last_obs = screen
-        return self.last_obs
+            return obs, reward, not truncated, truncated, {}
+        return obs, reward, False, False, {}
 
     def render(self) -> np.ndarray | None:
-        return self.frame.copy() if self.render_mode == "rgb_array" else None
+        return self.player.frame.copy() if self.render_mode == "rgb_array" else None
 
     def close(self) -> None:
-        if self.started:
-            self.game.close()
-            self.started = False
+        self.player.close()
