@@ -30,6 +30,7 @@ def scalars(summaries, tag: str) -> list[float]:
     return [e.value for e in events(summaries, tag)]
 
 
+@pytest.mark.slow
 def test_pong_trains_on_its_preset_checkpoints_and_enjoy_records_the_game(train_dir) -> None:
     args = ["--env=atari_pong", "--train_for_env_steps=2048", "--device=cpu", "--report_interval=1"]
     result = run_script("train_appo.py", [*args, f"--train_dir={train_dir}", "--experiment=pong"], timeout=240)
@@ -67,6 +68,7 @@ def test_pong_trains_on_its_preset_checkpoints_and_enjoy_records_the_game(train_
 
 
 @pytest.mark.parametrize("vector", ["auto", "per_env"])
+@pytest.mark.slow
 def test_episodic_life_reports_whole_games(vector: str, train_dir) -> None:
     args = ["--env=atari_breakout", "--sampler_only=True", "--train_for_env_steps=6000", "--device=cpu"]
     args += ["--report_interval=1", f"--env_vector={vector}", f"--train_dir={train_dir}", "--experiment=b"]

@@ -50,6 +50,7 @@ ROUNDS = 15
 
 
 @pytest.mark.timeout(480)
+@pytest.mark.slow
 def test_writers_killed_mid_put_never_wedge_the_queue():
     ctx = mp.get_context("spawn")
     q = DatagramQueue()

@@ -54,6 +54,7 @@ def run(tmp_path_factory):
     return train_dir / "dict", result.stdout
 
 
+@pytest.mark.slow
 def test_a_dict_env_trains_checkpoints_and_reports(run) -> None:
     exp, out = run
     assert "inference: in the actor workers (numpy, cpu)" in out, out[-2000:]
@@ -76,6 +77,7 @@ def test_a_dict_env_trains_checkpoints_and_reports(run) -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_exports_take_one_input_per_key_and_act_as_torch(run, tmp_path) -> None:
     ort = pytest.importorskip("onnxruntime")
     exp, _ = run

@@ -127,6 +127,7 @@ def test_a_game_dies_with_the_process_that_started_it(sig: int) -> None:
             proc.wait()
 
 
+@pytest.mark.slow
 def test_doom_basic_trains_records_and_exports(train_dir: Path) -> None:
     games_before = set(games())
     args = ["--env=doom_basic", f"--train_dir={train_dir}", "--experiment=basic", "--train_for_env_steps=4000"]

@@ -23,6 +23,7 @@ def last(summary_dir, tag: str) -> tuple[int, float]:
     return event.step, event.value
 
 
+@pytest.mark.slow
 def test_eval_summaries_match_enjoy(train_dir):
     run_script(
         "train_appo.py",

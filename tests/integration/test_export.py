@@ -55,6 +55,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_train_from_python_is_the_command_line(runs: dict[str, Path], tmp_path: Path):
     """appo.train with the command line's flags (one Python session: train, then load_policy and act)."""
     obs = np.random.default_rng(0).standard_normal((32, 3)).astype(np.float32)
@@ -97,6 +98,7 @@ def torch_actor(run: Path):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["mlp", "gru"])
+@pytest.mark.slow
 def test_onnx_and_torchscript_act_as_torch(runs: dict[str, Path], kind: str, tmp_path: Path):
     ort = pytest.importorskip("onnxruntime")
     run = runs[kind]
@@ -167,6 +169,7 @@ def enjoy_returns(run: Path, episodes: int) -> list[str]:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_npz_policy_in_a_virtualenv_without_torch(tmp_path_factory):
     """numpy + gymnasium[mujoco] (MuJoCo, imageio; the versions here) in a fresh virtualenv, the project on
     PYTHONPATH."""

@@ -106,6 +106,7 @@ def _wait_for(log: Path, text: str, timeout: float = 40) -> None:
         time.sleep(0.3)
 
 
+@pytest.mark.slow
 def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_target(train_dir):
     # Both kills come early (at 4k and 8k env steps in a run here): 100k leaves the run ten times that to go on.
     target = 100_000
@@ -129,6 +130,7 @@ def test_killed_actor_then_policy_worker_are_replaced_and_the_run_reaches_its_ta
     assert acc.Scalars("stats/worker_restarts")[-1].value in (2, 3)
 
 
+@pytest.mark.slow
 def test_a_frozen_policy_worker_is_found_by_its_heartbeat_and_replaced(train_dir):
     """SIGSTOP: alive but silent, as a policy worker blocked for good inside its request queue would be."""
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=frozen", "--train_for_env_steps=150000"]
@@ -192,6 +194,7 @@ def test_env_failing_every_step_fails_the_run_clearly(train_dir):
     ],
     ids=["in_step", "at_start"],
 )
+@pytest.mark.slow
 def test_hanging_env_worker_is_replaced(train_dir, tmp_path, env, timeout_flag, replaced, seconds):
     flag = tmp_path / "hung"
     args = [f"--env=tests.support.faulty_envs:{env}", *FAST[1:], f"--train_dir={train_dir}", "--experiment=hang"]
@@ -204,6 +207,7 @@ def test_hanging_env_worker_is_replaced(train_dir, tmp_path, env, timeout_flag, 
 
 
 @pytest.mark.alone  # as above
+@pytest.mark.slow
 def test_a_slow_start_is_not_a_hang(train_dir):
     """Regression: on a slow machine no actor worker of the design card's command sent a first heartbeat within
     --worker_start_timeout, so all were restarted, again and again, and the run trained nothing. Workers whose envs
@@ -219,6 +223,7 @@ def test_a_slow_start_is_not_a_hang(train_dir):
     assert list((train_dir / "slow" / "checkpoint_p0").glob("*.pth")), text[-3000:]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_exits_143(train_dir):
     proc = start([*FAST, f"--train_dir={train_dir}", "--experiment=term", "--train_for_seconds=120"])
     log = train_dir / "term" / "log.txt"
@@ -254,6 +259,7 @@ def test_sigterm_to_the_whole_process_group_is_one_orderly_stop(train_dir):
     assert list_checkpoints(train_dir / "group" / "checkpoint_p0")
 
 
+@pytest.mark.slow
 def test_killed_learner_stops_the_run_and_the_rerun_resumes(train_dir):
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=lr", "--train_for_env_steps=400000"]
     proc = start(args)
@@ -294,6 +300,7 @@ def test_nan_losses_are_skipped_then_stop_the_run_with_finite_checkpoints(train_
         assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
 
 
+@pytest.mark.slow
 def test_driver_killed_9_leaves_no_orphans_and_the_rerun_resumes(train_dir):
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=d9", "--train_for_env_steps=2000000"]
     proc = start(args)

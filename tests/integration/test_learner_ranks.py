@@ -56,6 +56,7 @@ LOSSES = ("policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "grad_n
 @pytest.mark.mujoco
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.slow
 def test_two_gloo_ranks_train_as_one_learner_on_the_whole_batch(tmp_path: Path, shape: str) -> None:
     cfg = {**RECORDED, **SHAPES[shape]}
     spaces, record = record_halfcheetah(Cfg(**cfg))
@@ -124,6 +125,7 @@ def ranks_args(train_dir: Path, experiment: str) -> list[str]:
     return [*FAST, "--learner_world_size=2", f"--train_dir={train_dir}", f"--experiment={experiment}"]
 
 
+@pytest.mark.slow
 def test_every_rank_resumes_from_the_checkpoint_exactly(train_dir: Path) -> None:
     args = ranks_args(train_dir, "resume")
     first = run_script("train_appo.py", [*args, "--train_for_env_steps=8000"], check=True)
@@ -163,6 +165,7 @@ def process_titled(title: str, timeout: float = 60) -> psutil.Process:
 
 
 @pytest.mark.parametrize("victim", ["learner_0_rank1", "learner_0"])
+@pytest.mark.slow
 def test_a_killed_learner_rank_stops_the_run_cleanly_and_the_rerun_resumes(train_dir: Path, victim: str) -> None:
     args = ranks_args(train_dir, "kill")
     proc = start([*args, "--train_for_env_steps=400000"])

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import psutil
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from appo.api import load_policy
@@ -19,6 +20,7 @@ from tests.conftest import ROOT, _kill_group, ignore_sigint, spawn
 SUITE = [sys.executable, "benchmarks/learning_suite.py"]
 
 
+@pytest.mark.slow
 def test_suite_table_and_curves_come_from_the_runs(tmp_path):
     out = tmp_path / "suite"
     # Reports every 0.1 s: a curve needs two points. 12k CartPole steps took under a second in a CI run, before the

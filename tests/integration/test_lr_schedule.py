@@ -23,6 +23,7 @@ SECONDS = 45.0
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_a_time_budgeted_run_decays_its_learning_rate_to_the_end(tmp_path: Path):
     command = [
         sys.executable,

@@ -42,6 +42,7 @@ def train(train_dir: Path, name: str, *args: str, env: str = "navigation2d") -> 
     return train_dir / name
 
 
+@pytest.mark.slow
 def test_one_and_four_workers_and_a_resumed_run_give_identical_iterations(train_dir: Path) -> None:
     # One worker, stopped after one iteration and resumed for the second; four workers in one go.
     one = train(train_dir, "w1", "--num_workers=1", "--train_for_iterations=1", "--save_every_sec=0")
@@ -82,6 +83,7 @@ def test_one_and_four_workers_and_a_resumed_run_give_identical_iterations(train_
     assert logged == pytest.approx(means, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_killed_actor_worker_is_started_again_and_the_iterations_do_not_change(train_dir: Path) -> None:
     # SIGKILL to an actor worker of a running MAML run: the Supervisor starts it again, the tasks it held are run
     # again from the same seeds, and every iteration is bit for bit that of a run nothing happened to.
@@ -118,6 +120,7 @@ def test_two_inner_steps_take_the_learners_own_kl_product(train_dir: Path) -> No
 
 
 @pytest.mark.parametrize(("env", "flag"), [("bandit", "--num_arms=5"), ("tabular_mdp", "--mdp_states=6")])
+@pytest.mark.slow
 def test_discrete_families_run_alike_on_one_and_two_workers_and_export(train_dir: Path, env: str, flag: str) -> None:
     """The bandits and tabular MDPs (Discrete actions): a categorical policy whose draws come from each episode's
     seed (Gumbel-max), so one and two actor workers give the same iterations; enjoy.py adapts it; its ONNX export

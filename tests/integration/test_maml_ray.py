@@ -26,6 +26,7 @@ TAGS = ("maml/return_pre", "maml/return_post", "maml/kl", "maml/surrogate_after"
 
 @needs_ray
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_navigation2d_on_two_ray_nodes_through_kill_9_and_resume_equals_local(cluster, train_dir):
     c, worker_node = cluster
     ray_run = [*NAV, "--backend=ray", f"--ray_address={c.address}"]
@@ -64,6 +65,7 @@ def test_navigation2d_on_two_ray_nodes_through_kill_9_and_resume_equals_local(cl
 
 @needs_ray
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_ctrl_c_of_a_maml_run_on_ray_leaves_nothing_behind(train_dir: Path) -> None:
     # tests/integration/test_signals.py's check: exit within 15 s of SIGINT, no process of the run, nothing new in
     # /dev/shm, no Ray process (GCS, raylet, workers) of its private instance.

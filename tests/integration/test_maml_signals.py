@@ -8,6 +8,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.integration.test_signals import EXIT_WITHIN, Run
 
 # navigation2d's 20 tasks x 20 episodes a meta-iteration; no regular meta-test.
@@ -21,6 +23,7 @@ def started(train_dir: Path, name: str) -> Run:
     return run
 
 
+@pytest.mark.slow
 def test_a_signal_stops_a_maml_run_with_a_checkpoint_and_no_final_meta_test(train_dir: Path) -> None:
     run = started(train_dir, "once")
     took, left = run.interrupt()
@@ -30,6 +33,7 @@ def test_a_signal_stops_a_maml_run_with_a_checkpoint_and_no_final_meta_test(trai
     assert list((train_dir / "once" / "checkpoint_p0").glob("checkpoint_*.pth")), "no checkpoint after the stop"
 
 
+@pytest.mark.slow
 def test_a_second_signal_ends_a_maml_run_at_once(train_dir: Path) -> None:
     run = started(train_dir, "twice")
     processes = run.descendants()

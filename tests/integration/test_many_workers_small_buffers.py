@@ -4,6 +4,7 @@ time budget, every report and meta-test arrives (nothing logged as dropped), and
 
 from __future__ import annotations
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import run_script
@@ -12,6 +13,7 @@ ARGS = ["--env=tabular_mdp", "--mdp_states=20", "--num_workers=16", "--num_envs_
 ARGS += ["--num_test_tasks=16", "--meta_test_interval=25000", "--train_for_seconds=75", "--device=cpu"]
 
 
+@pytest.mark.slow
 def test_sixteen_workers_on_a_20_state_mdp_within_a_stock_socket_buffer(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("APPO_QUEUE_BUFFER_BYTES", "212992")
     result = run_script("train_appo.py", [*ARGS, f"--train_dir={tmp_path}", "--experiment=mdp"], timeout=300)

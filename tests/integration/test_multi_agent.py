@@ -67,6 +67,7 @@ def test_rps_trains_on_the_local_backend_with_a_row_per_agent(train_dir: Path) -
 @needs_ray
 @needs_pettingzoo
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_rps_trains_on_a_private_ray_instance_and_leaves_no_ray_process(train_dir: Path) -> None:
     from tests.integration.test_ray_backend import ACTOR_LINE, Run
 
@@ -138,6 +139,7 @@ def test_load_policy_evaluates_the_games_enjoy_plays(duel: Path) -> None:
     assert appo.load_policy(duel).evaluate(episodes=6) == enjoyed
 
 
+@pytest.mark.slow
 def test_a_population_of_two_mixes_in_one_game_and_both_policies_train(train_dir: Path) -> None:
     exp = train(train_dir, "pop", *DUEL, "--num_policies=2", "--train_for_env_steps=20000", "--report_interval=1")
     mixed = False
@@ -191,6 +193,7 @@ def test_a_sample_factory_style_env_trains_with_its_agents_leaving_and_rejoining
         ("changing_spaces_game", "agent 'c' changed its spaces during the run"),
     ],
 )
+@pytest.mark.slow
 def test_a_contract_break_stops_the_run_with_one_line_naming_the_agent(train_dir: Path, factory: str, message: str):
     args = [f"--env={GAMES}:{factory}", "--num_workers=1", "--num_envs_per_worker=2", "--rollout=16"]
     args += ["--batch_size=96", "--train_for_env_steps=20000", f"--train_dir={train_dir}", "--experiment=bad"]

@@ -59,6 +59,7 @@ def test_pong_trains_in_serial_mode(train_dir: Path) -> None:
 @needs_ray
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow
 def test_pixels_train_on_a_private_ray_instance(case: str, train_dir: Path) -> None:
     pytest.importorskip("ale_py")
     from tests.integration.test_ray_backend import ACTOR_LINE, Run

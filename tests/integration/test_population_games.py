@@ -58,6 +58,7 @@ def decisions(exp: Path) -> list[dict]:
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.slow
 def test_a_population_of_four_in_one_env_ranks_by_win_rate_and_resumes_its_pbt_state_and_pools(
     train_dir: Path,
 ) -> None:

@@ -107,6 +107,7 @@ def last_scalar(summary_dir: Path, tag: str) -> tuple[int, float]:
 
 @needs_ray
 @pytest.mark.timeout(210)
+@pytest.mark.slow
 def test_cartpole_on_two_nodes_learns_through_kill_9_of_an_actor(cluster, train_dir):
     c, worker_node = cluster
     # 300k steps: at 200k one CI run ended at 446, the curve still rising after the kill's dip.
@@ -131,6 +132,7 @@ def test_cartpole_on_two_nodes_learns_through_kill_9_of_an_actor(cluster, train_
 
 @needs_ray
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
     # Usually 30-50 s; on a loaded 2-core machine starting the actors and bringing one back took 25 s and the run
     # 70 s, and one CI run passed 120 s: the limits leave room for that, and a run that does not
@@ -153,6 +155,7 @@ def test_losing_the_worker_node_moves_its_actor_to_the_head(cluster, train_dir):
 
 @needs_ray
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_private_ray_run_replaces_a_hung_actor_and_stops_on_sigterm_within_15_s(train_dir, tmp_path):
     """One run on a private Ray instance: an env hangs in step once (tests/support/faulty_envs.py), its actor is
     killed after --worker_stuck_timeout and comes back; then SIGTERM."""

@@ -70,6 +70,7 @@ def test_readme_has_the_two_setup_commands_first():
 # `--ray_address=auto` ones would join whichever Ray instance another test had running.
 @pytest.mark.xdist_group("ray")
 @pytest.mark.timeout(900)
+@pytest.mark.slow
 def test_every_readme_command_runs(tmp_path):
     commands = readme_commands()
     assert len(commands) >= 7, commands

@@ -52,6 +52,7 @@ def ray_instance():
 
 @needs_ray
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_two_shards_fed_by_two_workers_sample_whole_rows_in_proportion_and_save_and_load(ray_instance):
     from appo.backends.ray.replay_shards import ReplayLocation, ShardedReplay, ShardPusher, create_shards, shard_names
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from appo.driver.run_lock import LOCK_NAME, hold_run_dir, released_at_end
 from tests.conftest import ROOT, _kill_group, run_script, spawn
@@ -32,6 +33,7 @@ def _wait_until_running(proc: subprocess.Popen, run_dir: Path, timeout: float = 
     raise AssertionError("the first run did not start within its time")
 
 
+@pytest.mark.slow
 def test_a_second_driver_on_a_running_run_exits_2_and_the_lock_dies_with_kill_9(train_dir):
     run_dir = train_dir / "busy"
     first = spawn(

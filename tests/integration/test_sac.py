@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -43,6 +44,7 @@ def check_rows(rows: dict[str, torch.Tensor]) -> None:
     assert int(at_limit.sum()) > 0 and not bool(rows["terminated"][at_limit].any())  # truncation is no termination
 
 
+@pytest.mark.slow
 def test_transitions_from_two_actor_workers_come_out_intact_and_resume_keeps_the_replay(train_dir):
     args = [*SMALL, f"--train_dir={train_dir}", "--experiment=sac"]
     first = run_script("train_appo.py", [*args, "--train_for_env_steps=1500"], check=True)

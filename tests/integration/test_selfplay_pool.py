@@ -61,6 +61,7 @@ def check_pool(version: int, pool: dict) -> list[int]:
 
 
 @pytest.mark.parametrize("mode", ["serial", "local", pytest.param("ray", marks=RAY_MARKS)])
+@pytest.mark.slow
 def test_a_run_plays_its_pool_saves_it_and_a_resumed_run_goes_on_from_it(train_dir: Path, mode: str) -> None:
     args = [*DUEL, *MODES[mode], *POOL]
     exp = train(train_dir, args, 30000)

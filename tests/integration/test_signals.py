@@ -126,6 +126,7 @@ SLOW_START = ["--env=tests.support.faulty_envs:SlowStartEnv", "--num_workers=4",
 
 
 @pytest.mark.parametrize("moment", [1.0, 5.0, 10.0, 30.0])
+@pytest.mark.slow
 def test_sigint_at_any_moment_of_a_local_run(train_dir: Path, moment: float, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APPO_TEST_SLOW_ENV", "2")
     interrupt_at([*RUN, *SLOW_START, f"--train_dir={train_dir}", "--experiment=sigint"], moment)
@@ -196,10 +197,12 @@ def test_sigint_while_the_final_checkpoint_is_saved(train_dir: Path) -> None:
 @needs_ray
 @pytest.mark.alone
 @pytest.mark.parametrize("moment", [1.0, 5.0, 10.0, 30.0])
+@pytest.mark.slow
 def test_sigint_at_any_moment_of_a_ray_run(train_dir: Path, moment: float) -> None:
     interrupt_at([*RUN, "--backend=ray", f"--train_dir={train_dir}", "--experiment=sigint_ray"], moment)
 
 
+@pytest.mark.slow
 def test_a_run_started_with_sigint_blocked_still_stops_on_it(train_dir: Path) -> None:
     """As a sweep's run on Ray starts: Ray's worker processes block SIGINT and the runs they start inherit the mask
     across exec. The run unblocks it: a Ctrl-C stops it as any other (before, it trained on)."""

@@ -71,6 +71,7 @@ def check_results(root: Path) -> list[str]:
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_sweep_runs_the_grid_two_at_a_time_writes_table_and_png_and_skips_done_runs(train_dir):
     first = sweep(train_dir, timeout=140)
     root = train_dir / "s"
@@ -85,6 +86,7 @@ def test_sweep_runs_the_grid_two_at_a_time_writes_table_and_png_and_skips_done_r
 
 @needs_ray
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_sweep_on_a_ray_cluster_runs_on_both_nodes_and_skips_done_runs(cluster, train_dir):
     c, worker_node = cluster
     # 3 CPUs in the cluster (head 2, worker 1), one per run, 3 runs at a time: Ray must use both nodes.
@@ -119,6 +121,7 @@ def sweep_state(proc: subprocess.Popen, logs: list[Path]) -> str:
 
 @needs_ray
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_sigterm_stops_a_ray_sweep_with_a_checkpoint_per_run_and_nothing_left(train_dir, monkeypatch):
     # Started as `nohup python -m appo.sweep ... &` would be, with SIGINT ignored: before the sweep took SIGINT back
     # ahead of Ray, its Ray workers inherited it ignored, ray.cancel could not interrupt a run's task and both runs

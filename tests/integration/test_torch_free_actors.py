@@ -50,6 +50,7 @@ def probes_of_a_run(tmp_path: Path, *flags: str) -> list[dict]:
     ],
     ids=["acting_gru", "policy_workers", "population"],
 )
+@pytest.mark.slow
 def test_actor_workers_never_import_torch(tmp_path: Path, flags: tuple[str, ...]):
     probes = probes_of_a_run(tmp_path, *flags)
     actors = {p["name"]: p for p in probes if p["name"].startswith("actor_worker_")}

@@ -41,6 +41,7 @@ def scalars(summary_dir: Path) -> EventAccumulator:
     return acc
 
 
+@pytest.mark.slow
 def test_run_leaves_everything_and_resumes(train_dir):
     args = [*FAST, f"--train_dir={train_dir}", "--experiment=cp", "--num_workers=2"]
     first = run_script("train_appo.py", [*args, "--train_for_env_steps=20000"], check=True)
@@ -102,6 +103,7 @@ def test_run_leaves_everything_and_resumes(train_dir):
     assert {f: f.stat().st_mtime_ns for f in exp.rglob("*") if f.is_file() and f.parent.name != exp.name} == files
 
 
+@pytest.mark.slow
 def test_synchronous_lag_is_zero_and_collect_ahead_at_most_one(train_dir):
     """Synchronous PPO trains every sample with the weights that collected it; with --collect_ahead the actors
     fill the next iteration while the learner trains, one version behind at most. The learner takes 16 epochs over
@@ -209,6 +211,7 @@ def test_unknown_env_is_one_line_exit_2(train_dir):
 
 
 @pytest.mark.mujoco
+@pytest.mark.slow
 def test_sixteen_workers_oversubscribed(train_dir):
     """16 actor workers on 2 cores: slower, but correct, and a clean exit with everything written."""
     # Unique per test run: the leftover check below looks for this name machine-wide, where others may train too.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 
 from appo.algorithms.reward_conditioned.udrl import run_command_episode
@@ -37,6 +38,7 @@ def greedy_returns(exp_dir, commands: list[float]) -> list[float]:
     return [run_command_episode(env, model.eval(), (command, 10.0))[0] for command in commands]
 
 
+@pytest.mark.slow
 def test_udrl_follows_commands_on_the_chain_and_resumes(train_dir):
     args = [*CHAIN, f"--train_dir={train_dir}", "--experiment=chain"]
     first = run_script("train_appo.py", [*args, "--train_for_env_steps=6000", "--eval_interval=2000"], check=True)

@@ -34,6 +34,7 @@ def recorded(frame_dir: Path) -> tuple[set[str], list[dict]]:
 
 
 @pytest.mark.parametrize("mode", ["local", "serial"])
+@pytest.mark.slow
 def test_uint8_frames_reach_the_learners_batch_bit_identical(mode, tmp_path, train_dir, monkeypatch) -> None:
     frame_dir = tmp_path / "frames"
     frame_dir.mkdir()

@@ -24,6 +24,7 @@ ON_DEVICE = sorted(name for name, spec in ALGORITHMS.items() if spec.traits.cons
 
 
 @pytest.mark.parametrize("algo", ON_DEVICE)
+@pytest.mark.slow
 def test_every_algorithm_runs_with_its_models_on_a_device(
     algo: str,
     tmp_path: Path,
