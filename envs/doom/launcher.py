@@ -5,13 +5,14 @@ and ignores SIGTERM; a game that dies uncleanly leaves its shared memory and mes
 (ViZDoomSM<id>, ViZDoomMQCtr<id>, ViZDoomMQDoom<id>). So appo points vizdoom at a launcher of its own
 (`DoomGame.set_vizdoom_path`): a small Python script that
 
-- asks the kernel for SIGTERM when the process that started it dies (the parent-death signal), and checks that
-  parent is still the one named in APPO_VIZDOOM_PARENT (it may have died before the request);
 - starts the real binary as its child, in a process group of its own (a Ctrl-C at the terminal reaches the
   engine's components, which close their games, not the games themselves) and with SIGKILL as that child's
   parent-death signal, so the game cannot outlive the launcher;
-- on SIGTERM (its parent died) kills the game; when the game has ended, for whatever reason, removes its
-  /dev/shm entries (the instance id is among the game's arguments) and exits with the game's status.
+- watches the process that started it (named in APPO_VIZDOOM_PARENT; its parent's pid, checked every 0.2 s:
+  the kernel's parent-death signal follows the starting thread, not the process, and a thread pool may start a
+  game from a thread that ends before the process does), and on its death, or on SIGTERM, kills the game;
+- when the game has ended, for whatever reason, removes its /dev/shm entries (the instance id is among the game's
+  arguments) and exits with the game's status.
 
 The game writes its _vizdoom.ini in its working directory: the launcher's private folder, not the user's."""
 
@@ -26,14 +27,13 @@ from pathlib import Path
 PARENT_VARIABLE = "APPO_VIZDOOM_PARENT"
 
 _SCRIPT = r"""#!{python} -S
-import ctypes, os, signal, sys
+import ctypes, os, signal, sys, time
 
 REAL, WORKDIR, PR_SET_PDEATHSIG = {real!r}, {workdir!r}, 1
-libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-parent = int(os.environ.get({variable!r}, "0") or 0)
-if parent and os.getppid() != parent:
+parent = int(os.environ.get({variable!r}, "0") or 0) or os.getppid()
+if os.getppid() != parent:  # the process that started it is gone already
     sys.exit(1)
+libc = ctypes.CDLL(None, use_errno=True)
 args = sys.argv[1:]
 instance = args[args.index("+viz_instance_id") + 1] if "+viz_instance_id" in args else None
 os.chdir(WORKDIR)
@@ -49,7 +49,7 @@ if child == 0:
     os.execv(REAL, [REAL] + args)
 
 
-def stop(signum, frame):
+def stop(signum=None, frame=None):
     try:
         os.kill(child, signal.SIGKILL)
     except ProcessLookupError:
@@ -57,20 +57,24 @@ def stop(signum, frame):
 
 
 signal.signal(signal.SIGTERM, stop)
+status = 0
 while True:
     try:
-        _, status = os.waitpid(child, 0)
-        break
+        done, status = os.waitpid(child, os.WNOHANG)
     except ChildProcessError:
-        status = 0
         break
+    if done:
+        break
+    if os.getppid() != parent:
+        stop()
+    time.sleep(0.2)
 if instance:
     for prefix in ("ViZDoomSM", "ViZDoomMQCtr", "ViZDoomMQDoom"):
         try:
             os.unlink("/dev/shm/" + prefix + instance)
         except OSError:
             pass
-code = os.waitstatus_to_exitcode(status)
+code = os.waitstatus_to_exitcode(status) if status else 0
 os._exit(code if code >= 0 else 128 - code)
 """
 

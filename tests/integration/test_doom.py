@@ -104,11 +104,28 @@ time.sleep(120)
 """
 
 
+# The game started from a thread that then ends (a thread pool's, say), played on from the main thread.
+GAME_FROM_A_THREAD = """
+import threading, time
+from appo.envs import make_env
+env = make_env("doom_defend_the_center")
+starter = threading.Thread(target=env.reset, kwargs={"seed": 0})
+starter.start()
+starter.join()
+time.sleep(1.0)
+for _ in range(10):
+    env.step(0)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_a_game_dies_with_the_process_that_started_it(sig: int) -> None:
+@pytest.mark.parametrize("script", [GAME_IN_A_PROCESS, GAME_FROM_A_THREAD], ids=["main_thread", "ended_thread"])
+def test_a_game_dies_with_the_process_that_started_it(sig: int, script: str) -> None:
     shm_before, games_before = doom_shm(), set(games())
     proc = subprocess.Popen(
-        [sys.executable, "-c", GAME_IN_A_PROCESS], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
