@@ -20,44 +20,20 @@ Each figure is the median of `--repeats` runs, with min and max; the CPU used by
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from peer_runs import appo_run, sf_fps  # noqa: E402
-from throughput import foreign_cpu, summary, summed_rates  # noqa: E402
-
-
-def _gym_worker(game: str, envs: int, seconds: float, out: Any) -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import numpy as np
-
-    from appo.envs import make_env
-
-    batch = [make_env(f"atari_{game}") for _ in range(envs)]
-    for i, env in enumerate(batch):
-        env.reset(seed=os.getpid() * 100 + i)
-    rng = np.random.default_rng(os.getpid())
-    n_actions = int(batch[0].action_space.n)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for env in batch:
-            _, _, terminated, truncated, _ = env.step(int(rng.integers(n_actions)))
-            if terminated or truncated:
-                env.reset()
-        steps += envs
-    out.put(steps / (time.perf_counter() - start))
+from peer_runs import add_sitting_args, appo_run, print_table, raw_env_worker, sf_fps  # noqa: E402
+from throughput import foreign_cpu, summed_rates  # noqa: E402
 
 
 def raw_gym_fps(game: str, procs: int, envs: int, seconds: float) -> float:
-    return summed_rates(_gym_worker, (game, envs, seconds), procs, seconds)
+    return summed_rates(raw_env_worker, (f"atari_{game}", envs, seconds), procs, seconds)
 
 
 def raw_vector_fps(game: str, procs: int, envs: int, seconds: float) -> float:
@@ -80,13 +56,7 @@ def raw_vector_fps(game: str, procs: int, envs: int, seconds: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--game", default="pong")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run")
-    parser.add_argument("--warmup", type=float, default=20.0, help="seconds skipped at the start of training runs")
-    parser.add_argument("--procs", type=int, default=len(os.sched_getaffinity(0)), help="cores: processes for raw")
-    parser.add_argument("--workers", type=int, default=2, help="actor workers of appo and Sample Factory")
-    parser.add_argument("--envs", type=int, default=8, help="envs per worker (and per raw process)")
-    parser.add_argument("--sf_python", default="", help="python of an environment with sample-factory 2.1.1")
+    add_sitting_args(parser)
     parser.add_argument("--skip", nargs="*", default=[], help="rows to leave out: gym vector sampler appo sf")
     args, extra = parser.parse_known_args()
     appo_flags = [f"--num_workers={args.workers}", f"--num_envs_per_worker={args.envs}", *extra]
@@ -127,14 +97,8 @@ def main() -> int:
                 )
             )
         print({k: round(v[-1]) for k, v in rows.items()}, flush=True)
-    print(
-        f"\nagent steps/s ({args.game}, {args.procs} cores, {args.workers} workers x {args.envs} envs; x4 = frames/s)"
-    )
-    for name, values in rows.items():
-        print(f"{name:32s} {summary(values)}")
-    if "appo training" in rows and "Sample Factory 2.1.1 training" in rows:
-        ratio = statistics.median(rows["appo training"]) / statistics.median(rows["Sample Factory 2.1.1 training"])
-        print(f"appo / Sample Factory training: {ratio:.2f}")
+    title = f"agent steps/s ({args.game}, {args.procs} cores, {args.workers} workers x {args.envs} envs; x4 = frames/s)"
+    print_table(title, rows, [("appo / Sample Factory training", "appo training", "Sample Factory 2.1.1 training")])
     print(f"other processes use {foreign_cpu():.2f} cores after the runs")
     return 0
 

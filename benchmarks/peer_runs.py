@@ -4,22 +4,63 @@ over the window after a warm-up."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from throughput import steady_fps  # noqa: E402
+from throughput import steady_fps, summary  # noqa: E402
 
 FRAMESKIP = 4  # Atari and Doom: Sample Factory counts frames, 4 a step
+
+
+def add_sitting_args(parser: argparse.ArgumentParser) -> None:
+    """The flags of a throughput sitting: repeats, measured and warm-up seconds, cores for raw stepping, workers and
+    envs per worker of both engines, and Sample Factory's python."""
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds skipped at the start of training runs")
+    parser.add_argument("--procs", type=int, default=len(os.sched_getaffinity(0)), help="cores: processes for raw")
+    parser.add_argument("--workers", type=int, default=2, help="actor workers of appo and Sample Factory")
+    parser.add_argument("--envs", type=int, default=8, help="envs per worker (and per raw process)")
+    parser.add_argument("--sf_python", default="", help="python of an environment with sample-factory 2.1.1")
+
+
+def raw_env_worker(env_name: str, envs: int, seconds: float, out: Any) -> None:
+    """One process stepping `envs` of appo's `env_name` envs (as actor workers build them) with random actions for
+    `seconds`; puts its env steps per second on `out` (benchmarks/throughput.py summed_rates runs one per core)."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import numpy as np
+
+    from appo.envs import make_env
+
+    batch = [make_env(env_name) for _ in range(envs)]
+    for i, env in enumerate(batch):
+        env.reset(seed=os.getpid() * 100 + i)
+    rng = np.random.default_rng(os.getpid())
+    n_actions = int(batch[0].action_space.n)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for env in batch:
+            _, _, terminated, truncated, _ = env.step(int(rng.integers(n_actions)))
+            if terminated or truncated:
+                env.reset()
+        steps += envs
+    out.put(steps / (time.perf_counter() - start))
+    for env in batch:
+        env.close()
+
 
 SF_FRAMES = re.compile(r"\[\d{4}-\d\d-\d\d (\d\d:\d\d:\d\d),(\d{3})\].*Total num frames: (\d+)")
 
@@ -109,3 +150,14 @@ def appo_run(env: str, seconds: float, warmup: float, extra: list[str], sampler_
             where.append(f"{match.group(1)}: " + " ".join(f"{name} {pct}%" for name, pct in parts))
     shutil.rmtree(train_dir, ignore_errors=True)
     return fps, "; ".join(where)
+
+
+def print_table(title: str, rows: dict[str, list[float]], ratios: list[tuple[str, str, str]]) -> None:
+    """The sitting's figures (median, min, max of each row) under `title`, then each ratio (label, numerator row,
+    denominator row) of the medians whose rows were measured."""
+    print(f"\n{title}")
+    for name, values in rows.items():
+        print(f"{name:32s} {summary(values)}")
+    for label, top, bottom in ratios:
+        if top in rows and bottom in rows:
+            print(f"{label}: {statistics.median(rows[top]) / statistics.median(rows[bottom]):.2f}")

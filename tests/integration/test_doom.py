@@ -39,6 +39,14 @@ def doom_shm() -> set[str]:
     return {name for name in os.listdir("/dev/shm") if name.startswith("ViZDoom")}
 
 
+def new_doom_shm(before: set[str], timeout: float = 10.0) -> set[str]:
+    """The ViZDoom /dev/shm entries not in `before` that are still there after up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while doom_shm() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return doom_shm() - before
+
+
 def wait_until_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout
     alive = [p for p in pids if psutil.pid_exists(p)]
@@ -134,10 +142,7 @@ def test_a_game_dies_with_the_process_that_started_it(sig: int, script: str) -> 
         os.kill(proc.pid, sig)
         proc.wait(30)
         assert not wait_until_gone(started), "the game outlived its process"
-        deadline = time.monotonic() + 10
-        while doom_shm() - shm_before and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not doom_shm() - shm_before, f"left in /dev/shm: {sorted(doom_shm() - shm_before)}"
+        assert not (left := new_doom_shm(shm_before)), f"left in /dev/shm: {sorted(left)}"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.conftest import _kill_group
-from tests.integration.test_doom import doom_shm, games, wait_until_gone
+from tests.integration.test_doom import doom_shm, games, new_doom_shm, wait_until_gone
 from tests.integration.test_faults import find, start
 
 pytestmark = [pytest.mark.xdist_group("doom"), pytest.mark.slow]
@@ -37,10 +37,7 @@ def test_a_stopped_doom_run_leaves_no_game(train_dir: Path, sig: int, moment: fl
         assert not left, f"processes of the run left after signal {sig} at {moment} s: {left}"
         started = list(set(games()) - games_before)
         assert not wait_until_gone(started), f"games left after signal {sig} at {moment} s"
-        deadline = time.monotonic() + 10
-        while doom_shm() - shm_before and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not doom_shm() - shm_before, f"/dev/shm after signal {sig} at {moment} s"
+        assert not (left := new_doom_shm(shm_before)), f"/dev/shm after signal {sig} at {moment} s: {sorted(left)}"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
