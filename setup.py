@@ -2,13 +2,17 @@
 appo/ (appo/envs and appo/utils are links to them), so they install as appo.envs and appo.utils; train_appo.py
 and enjoy.py stay in the checkout and install as the console scripts appo-train and appo-enjoy (appo/cli.py)."""
 
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 PROGRAMS = ["train", "enjoy", "plot", "sweep", "export", "runs"]
 
 setup(
     name="appo",
-    version="0.1.0",
+    # One place for the version: appo/__init__.py's __version__ (docs/changelog.md's newest heading names it too).
+    version=re.search(r'__version__ = "([^"]+)"', (Path(__file__).parent / "appo" / "__init__.py").read_text())[1],
     description="Asynchronous PPO over shared memory for continuous control and meta-RL",
     # find_packages follows the links appo/envs and appo/utils; package_dir says the same for a checkout without
     # them (an archive that dropped links), so the wheel never holds top-level envs or utils.
@@ -20,6 +24,7 @@ setup(
     package_dir={"appo.envs": "envs", "appo.utils": "utils"},
     entry_points={"console_scripts": [f"appo-{name} = appo.cli:{name}" for name in PROGRAMS]},
     python_requires=">=3.10",
+    license="MIT",
     install_requires=[
         "torch>=2.1",
         "faster-fifo>=1.4.5",

@@ -16,7 +16,7 @@ try:  # set up first: setproctitle finds the process's argv memory through the f
 except ImportError:  # optional for correctness: titles only help `ps`, `top` and the fault tests
     pass
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["load_policy", "train"]
 
 

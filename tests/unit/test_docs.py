@@ -52,3 +52,16 @@ def test_readme_lines_stay_within_120_characters():
     lines = (ROOT / "README.md").read_text().splitlines()
     long = [f"README.md:{n}: {len(line)} characters" for n, line in enumerate(lines, 1) if len(line) > 120]
     assert not long, "README lines over 120 characters:\n" + "\n".join(long)
+
+
+def test_the_version_is_one_everywhere():
+    """appo.__version__ (which setup.py reads) is the changelog's newest heading and CITATION.cff's version; a
+    LICENSE file exists."""
+    import appo
+
+    newest = re.search(r"^## (\S+)", (ROOT / "docs" / "changelog.md").read_text(), flags=re.MULTILINE)
+    assert newest is not None and newest[1] == appo.__version__, (newest and newest[1], appo.__version__)
+    citation = re.search(r'^version: "([^"]+)"', (ROOT / "CITATION.cff").read_text(), flags=re.MULTILINE)
+    assert citation is not None and citation[1] == appo.__version__
+    assert '__version__ = "([^"]+)"' in (ROOT / "setup.py").read_text()  # setup.py takes appo's, not its own
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
