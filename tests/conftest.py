@@ -9,6 +9,7 @@ other worker waiting (`turn` below)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -88,12 +89,19 @@ def _turn_lock() -> Path | None:
     return None if uid is None else Path(tempfile.gettempdir()) / f"appo-tests-{uid}.lock"
 
 
+def _group_lock(name: str) -> Path | None:
+    """The lock file of xdist group `name` in this xdist run (None outside xdist)."""
+    turn_lock = _turn_lock()
+    return None if turn_lock is None else turn_lock.with_name(f"{turn_lock.stem}-{name}.lock")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Each worker removes the run's lock file as it finishes: a worker still running opens a new one for its next
+    """Each worker removes the run's lock files as it finishes: a worker still running opens a new one for its next
     test, which it then removes in turn, so none is left in the temporary folder."""
     lock_path = _turn_lock()
     if lock_path is not None:
-        lock_path.unlink(missing_ok=True)
+        for path in lock_path.parent.glob(f"{lock_path.stem}*.lock"):
+            path.unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -106,12 +114,16 @@ def turn(request: pytest.FixtureRequest):
     if lock_path is None:  # one process: every test runs alone already
         yield
         return
-    with open(lock_path, "a") as lock:
+    with contextlib.ExitStack() as held:
+        # Tests of one xdist group (machine-wide state: Ray's processes, Doom's games) run one at a time whichever
+        # worker has them: pytest-xdist's loadgroup was seen to hand one group's tests to both workers. The group's
+        # lock is taken before the turn's, in every test, so the two never wait on each other in a circle.
+        for mark in request.node.iter_markers("xdist_group"):
+            group = held.enter_context(open(_group_lock(str(mark.args[0] if mark.args else "default")), "a"))
+            fcntl.flock(group, fcntl.LOCK_EX)
+        lock = held.enter_context(open(lock_path, "a"))
         fcntl.flock(lock, fcntl.LOCK_EX if request.node.get_closest_marker("alone") else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
 
 
 @pytest.fixture(autouse=True)
