@@ -72,8 +72,16 @@ def module_flags(name: str) -> set[str]:
 
 @cache
 def script_flags(path: str) -> set[str]:
-    """A script's own flags; a benchmark script also passes train_appo.py's flags on to its runs."""
-    return literal_flags((ROOT / path).read_text()) | train_flags()
+    """A script's own flags (those its sibling modules add for it too: `from peer_runs import ...`); a benchmark script
+    also passes train_appo.py's flags on to its runs."""
+    text = (ROOT / path).read_text()
+    siblings = (ROOT / path).parent
+    helpers = [siblings / f"{m}.py" for m in re.findall(r"^from (\w+) import", text, flags=re.MULTILINE)]
+    return (
+        literal_flags(text)
+        | train_flags()
+        | set().union(*(literal_flags(h.read_text()) for h in helpers if h.is_file()))
+    )
 
 
 @cache
