@@ -11,6 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import appo
 from tests.conftest import ROOT
 
 
@@ -36,7 +37,7 @@ def test_wheel_installs_and_trains_from_another_folder(tmp_path: Path) -> None:
     )
     assert install.returncode == 0, install.stdout + install.stderr
     top = sorted(p.name for p in site.iterdir())
-    assert top == ["appo", "appo-0.1.0.dist-info", "bin"], f"the wheel installs more than appo: {top}"
+    assert top == ["appo", f"appo-{appo.__version__}.dist-info", "bin"], f"the wheel installs more than appo: {top}"
     scripts = sorted(p.name for p in (site / "bin").iterdir())
     assert scripts == [f"appo-{n}" for n in ("enjoy", "export", "plot", "runs", "sweep", "train")], scripts
     # The installed copy first on the path; the run's folder holds no checkout. The dependencies come from this
