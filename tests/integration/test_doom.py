@@ -11,7 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +27,21 @@ from tests.conftest import ROOT, run_script
 pytestmark = pytest.mark.xdist_group("doom")
 
 
-def games() -> list[int]:
-    """The pids of every vizdoom game process on the machine."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmdline = p.info["cmdline"] or []
-        if cmdline and cmdline[0].endswith("/vizdoom"):
-            found.append(p.pid)
+def games(root: int | None = None) -> dict[int, str]:
+    """The vizdoom game processes, pid -> the game's instance id (which names its /dev/shm entries): every one on the
+    machine, or only those descending from process `root` (a test's own games, not another test run's)."""
+    try:
+        procs = psutil.Process(root).children(recursive=True) if root is not None else list(psutil.process_iter())
+    except psutil.Error:
+        return {}
+    found = {}
+    for p in procs:
+        try:
+            cmdline = p.cmdline()
+        except psutil.Error:
+            continue
+        if cmdline and cmdline[0].endswith("/vizdoom") and "+viz_instance_id" in cmdline:
+            found[p.pid] = cmdline[cmdline.index("+viz_instance_id") + 1]
     return found
 
 
@@ -39,12 +49,33 @@ def doom_shm() -> set[str]:
     return {name for name in os.listdir("/dev/shm") if name.startswith("ViZDoom")}
 
 
-def new_doom_shm(before: set[str], timeout: float = 10.0) -> set[str]:
-    """The ViZDoom /dev/shm entries not in `before` that are still there after up to `timeout` seconds."""
+def shm_of(instances: Iterable[str], timeout: float = 10.0) -> set[str]:
+    """The /dev/shm entries of the games `instances` still there after up to `timeout` seconds."""
+    names = {f"{prefix}{i}" for i in instances for prefix in ("ViZDoomSM", "ViZDoomMQCtr", "ViZDoomMQDoom")}
     deadline = time.monotonic() + timeout
-    while doom_shm() - before and time.monotonic() < deadline:
+    while names & doom_shm() and time.monotonic() < deadline:
         time.sleep(0.1)
-    return doom_shm() - before
+    return names & doom_shm()
+
+
+class RunGames:
+    """Every game seen among the descendants of a run's driver while it lives (polled every 0.1 s in a thread):
+    the run's own games, whatever else the machine runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.seen, self.stopped = pid, {}, False
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stopped and psutil.pid_exists(self.pid):
+            self.seen.update(games(self.pid))
+            time.sleep(0.1)
+
+    def stop(self) -> dict[int, str]:
+        self.stopped = True
+        self.thread.join(5)
+        return dict(self.seen)
 
 
 def wait_until_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
@@ -58,12 +89,14 @@ def wait_until_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_every_scenario_plays(scenario: str) -> None:
-    before = set(games())
     env = make_env(f"doom_{scenario}", render_mode="rgb_array")
+    started: list[int] = []
     try:
+        assert not games(os.getpid())  # built, not started
         obs, _ = env.reset(seed=3)
+        started = list(games(os.getpid()))
         assert env.observation_space.contains(obs)
-        assert len(set(games()) - before) == 1  # its game started at the first reset, not before
+        assert len(started) == 1  # its game started at the first reset
         rng = np.random.default_rng(0)
         total = 0.0
         for _ in range(40):
@@ -77,7 +110,7 @@ def test_every_scenario_plays(scenario: str) -> None:
         assert frame.shape == (120, 160, 3) and frame.dtype == np.uint8 and frame.any()
     finally:
         env.close()
-    assert not wait_until_gone(list(set(games()) - before)), "the game outlived close()"
+    assert not wait_until_gone(started), "the game outlived close()"
 
 
 def test_basic_pays_the_game_units() -> None:
@@ -131,18 +164,17 @@ time.sleep(120)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 @pytest.mark.parametrize("script", [GAME_IN_A_PROCESS, GAME_FROM_A_THREAD], ids=["main_thread", "ended_thread"])
 def test_a_game_dies_with_the_process_that_started_it(sig: int, script: str) -> None:
-    shm_before, games_before = doom_shm(), set(games())
     proc = subprocess.Popen(
         [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        started = list(set(games()) - games_before)
-        assert len(started) == 1 and doom_shm() - shm_before
+        started = games(proc.pid)
+        assert len(started) == 1 and shm_of(started.values(), timeout=0)
         os.kill(proc.pid, sig)
         proc.wait(30)
-        assert not wait_until_gone(started), "the game outlived its process"
-        assert not (left := new_doom_shm(shm_before)), f"left in /dev/shm: {sorted(left)}"
+        assert not wait_until_gone(list(started)), "the game outlived its process"
+        assert not (left := shm_of(started.values())), f"left in /dev/shm: {sorted(left)}"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -151,11 +183,18 @@ def test_a_game_dies_with_the_process_that_started_it(sig: int, script: str) -> 
 
 @pytest.mark.slow
 def test_doom_basic_trains_records_and_exports(train_dir: Path) -> None:
-    games_before = set(games())
     args = ["--env=doom_basic", f"--train_dir={train_dir}", "--experiment=basic", "--train_for_env_steps=4000"]
     args += ["--num_workers=1", "--num_envs_per_worker=4", "--rnn_size=64", "--batch_size=256", "--report_interval=1"]
-    run_script("train_appo.py", args, timeout=240, check=True)
-    assert not wait_until_gone(list(set(games()) - games_before)), "a game outlived the run"
+    proc = subprocess.Popen(
+        [sys.executable, "train_appo.py", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    watch = RunGames(proc.pid)
+    out, _ = proc.communicate(timeout=240)
+    seen = watch.stop()
+    assert proc.returncode == 0, out[-3000:]
+    assert len(seen) == 4, seen  # the run's 4 games were seen, and are gone with it
+    assert not wait_until_gone(list(seen)), "a game outlived the run"
+    assert not shm_of(seen.values())
     watched = run_script(
         "enjoy.py", [f"--train_dir={train_dir}", "--experiment=basic", "--save_video", "--max_num_episodes=1"]
     )
@@ -176,4 +215,3 @@ def test_doom_basic_trains_records_and_exports(train_dir: Path) -> None:
         assert env.action_space.contains(int(np.asarray(action).item()))
     finally:
         env.close()
-    assert not wait_until_gone(list(set(games()) - games_before))
