@@ -101,7 +101,10 @@ def sf_fps(
     # Its --train_for_seconds did not stop it here: the window is ours, then its process group is stopped.
     log_path = train_dir / "stdout.txt"
     with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # In its own folder: its Doom games write _vizdoom.ini into their working directory.
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=train_dir
+        )
         deadline = time.monotonic() + seconds + warmup + 240
         while proc.poll() is None and time.monotonic() < deadline and not _window_done(log_path, seconds + warmup):
             time.sleep(2)
