@@ -37,6 +37,7 @@ def families() -> list[ModuleType]:
 def family_of(env_name: str) -> ModuleType | None:
     """The family that owns `env_name` (by name or prefix); None for a gymnasium id or module:Class of no family."""
     for family in families():
-        if env_name in getattr(family, "ENVS", {}) or env_name.startswith(getattr(family, "PREFIXES", ()) or ("\0",)):
+        prefixes = getattr(family, "PREFIXES", ())
+        if env_name in getattr(family, "ENVS", {}) or (prefixes and env_name.startswith(prefixes)):
             return family
     return None
