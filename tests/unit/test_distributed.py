@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from appo.algorithms.common.ranks import Ranks
-from appo.algorithms.ppo.algorithm import update_finite
+from appo.algorithms.common.ranks import Ranks, update_finite
 from appo.config.cfg import Cfg
 from appo.config.derive import derive
 from appo.config.verify import verify

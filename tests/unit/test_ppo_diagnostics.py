@@ -114,3 +114,49 @@ def test_normalisers_learn_from_the_valid_steps_only(with_vtrace: bool):
     torch.testing.assert_close(norm.mean.float(), obs[:2, :T].reshape(-1, 3).mean(0), atol=1e-4, rtol=0)
     updates = cfg.num_epochs if with_vtrace else 1  # V-trace: every minibatch's targets; GAE: once per iteration
     assert float(model.returns_normalizer.count) == pytest.approx(updates * 2 * T, abs=1e-3)
+
+
+def recurrent_gae_update(kl_loss_coeff: float) -> tuple[dict[str, torch.Tensor], dict[str, float], int]:
+    """Two epochs of one minibatch of whole trajectories (GAE, a GRU) on a fixed random batch with episode ends and
+    a row out of the game: (the weights after them, the stats, the full-batch forward passes the update made)."""
+    torch.manual_seed(0)
+    overrides = dict(use_rnn=True, rnn_size=16, num_batches_per_epoch=1, batch_size=128, num_epochs=2)
+    cfg = small_cfg(env="Pendulum-v1", with_vtrace=False, kl_loss_coeff=kl_loss_coeff, **overrides)
+    model = make_model(cfg, *BOX)
+    ppo = PPO(cfg, derive(cfg), model, "cpu", guard=NonFiniteGuard(0))
+    N, T = 16, cfg.rollout
+    g = torch.Generator().manual_seed(1)
+    valid = torch.ones(N, T)
+    valid[3] = 0.0
+    b = {
+        "obs": torch.randn(N, T + 1, 3, generator=g),
+        "actions": torch.randn(N, T, 2, generator=g),
+        "values": torch.randn(N, T, generator=g),
+        "rewards": torch.randn(N, T, generator=g),
+        "dones": (torch.rand(N, T, generator=g) < 0.2).float(),
+        "truncated": torch.zeros(N, T),
+        "rnn_states": torch.randn(N, T + 1, 16, generator=g),
+        "valid": valid,
+    }
+    with torch.no_grad():
+        b["log_probs"] = model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], T).log_probs + 0.05
+    passes = []
+    forward = model.forward
+    model.forward = lambda obs, *args: passes.append(obs.shape[0]) or forward(obs, *args)  # type: ignore[method-assign]
+    stats = ppo.update(b, 0)
+    return {name: p.detach().clone() for name, p in model.named_parameters()}, stats, passes.count(N)
+
+
+def test_gae_values_from_the_first_loss_pass_are_those_of_a_pass_of_their_own():
+    """With one minibatch of whole trajectories per epoch, GAE's values come from the first loss pass: one forward
+    pass over the batch fewer, and the same update as with the values' own no-grad pass (which a KL loss still
+    takes, here with a weight too small to move anything)."""
+    fused, fused_stats, fused_passes = recurrent_gae_update(kl_loss_coeff=0.0)
+    own, own_stats, own_passes = recurrent_gae_update(kl_loss_coeff=1e-12)
+    # one per epoch and the KL after the update (its 256 steps cover these 128), and the values' own pass
+    assert (fused_passes, own_passes) == (3, 4)
+    for name in fused:
+        torch.testing.assert_close(fused[name], own[name], atol=1e-6, rtol=1e-5)
+    for key in ("value_loss", "policy_loss", "explained_variance", "approx_kl_before", "approx_kl_after"):
+        assert fused_stats[key] == pytest.approx(own_stats[key], rel=1e-5, abs=1e-7), key
+    assert fused_stats["approx_kl_before"] > 1e-4  # the shifted behaviour log-probs: a KL the check can see

@@ -85,7 +85,10 @@ class Ranks:
     def update_normalizer(self, normalizer: RunningMeanStd, x: Tensor) -> None:
         """Fold every rank's `x` [..., *shape] into `normalizer`, as the single-process update of their
         concatenation would (Chan's merge, exact); skipped by every rank when any part is not finite (one NaN
-        would poison the statistics for good)."""
+        would poison the statistics for good). With one rank: `update_finite`."""
+        if not self.is_distributed:
+            update_finite(normalizer, x)
+            return
         flat = x.detach().to(device=normalizer.mean.device, dtype=torch.float64).reshape(-1, *normalizer.shape)
         row = torch.cat([torch.isfinite(flat).all().to(torch.float64).reshape(1), _moments_row(flat)])
         rows = self.gather(row)
@@ -180,3 +183,9 @@ def _timed_allreduce(ranks: Ranks, bucket: Any) -> torch.futures.Future:
 
 # DDP checks a hook's annotations by identity; under `from __future__ import annotations` they are strings.
 _timed_allreduce.__annotations__ |= {"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+
+
+def update_finite(normalizer: RunningMeanStd, x: Tensor) -> None:
+    """Running statistics take only finite data: one NaN would poison them (and every later value) for good."""
+    if bool(torch.isfinite(x).all()):
+        normalizer.update(x)

@@ -10,10 +10,12 @@ discount stops both bootstrapping and the backward accumulation at the end of an
 
 The outputs are regression / policy-gradient *targets*, so they are computed under ``torch.no_grad()``:
 gradients never flow through them even when the inputs (e.g. ``values`` from the current network)
-require grad.
+require grad. `batch_targets` applies them to a batch of trajectories [N, T] as PPO's learner holds them.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -160,3 +162,27 @@ def return_to_go(rewards: Tensor, gamma: float = 1.0, mask: Tensor | None = None
             running = r[..., t] + gamma * running * m[..., t]
             out[..., t] = running * m[..., t]
     return torch.from_numpy(out).to(rewards.dtype)
+
+
+def batch_targets(
+    cfg: Any, returns_normalizer: Any, b: dict[str, Tensor], values_n: Tensor, log_rhos: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """PPO's advantages and value targets [N, T] (raw reward units) for a batch of trajectories b (rewards, dones,
+    truncated [N, T]) from their normalised values values_n [N, T + 1] (the bootstrap step's last): V-trace's where
+    `log_rhos` [N, T] are given, else GAE's; `returns_normalizer` (or None) takes the values to reward units."""
+    rn = returns_normalizer
+    values = rn.denormalize(values_n) if rn is not None else values_n
+    rewards = b["rewards"]
+    if cfg.value_bootstrap:
+        # A time-limit truncation is not a death: add the discounted value of the state instead of
+        # zero. V(s_t) stands in for V(s_{t+1}) because the post-step observation was replaced by reset.
+        rewards = rewards + cfg.gamma * values[:, :-1] * b["truncated"]
+    discounts = cfg.gamma * (1.0 - b["dones"])
+    tm = lambda x: x.transpose(0, 1)  # noqa: E731 - [N, T] -> time-major [T, N]
+    if log_rhos is not None:
+        vs, adv = vtrace(
+            tm(log_rhos), tm(discounts), tm(rewards), tm(values[:, :-1]), values[:, -1], cfg.vtrace_rho, cfg.vtrace_c
+        )
+        return tm(adv), tm(vs)
+    adv, returns = gae(tm(discounts), tm(rewards), tm(values[:, :-1]), values[:, -1], cfg.gae_lambda)
+    return tm(adv), tm(returns)

@@ -2,7 +2,9 @@
 (Schulman et al. 2016) targets, and Adam. The math itself is the pure functions of appo/algorithms/common/returns.py and
 appo/algorithms/common/losses.py; this class decides what to feed them: targets once per iteration (GAE) or per
 minibatch under the current weights (V-trace, which corrects the policy lag), and minibatches of single steps
-(feed-forward, GAE) or of whole trajectories (V-trace or a recurrent core).
+(feed-forward, GAE) or of whole trajectories (V-trace or a recurrent core). GAE's values come from a no-grad pass
+over the batch before the updates, or, with one minibatch of whole trajectories per epoch, from the first loss
+pass itself (the same weights, the same numbers: one forward pass fewer).
 
 On several learner ranks (--learner_world_size) each rank holds a contiguous part of the batch's trajectories and
 the update is still the one of the whole batch: the minibatches are drawn over the global batch (the same
@@ -23,8 +25,8 @@ from torch import Tensor, nn
 from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
 from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_bounds
-from appo.algorithms.common.returns import gae, vtrace
-from appo.algorithms.ppo.diagnostics import kl_sums, read_diagnostics, value_moments
+from appo.algorithms.common.returns import batch_targets
+from appo.algorithms.ppo.diagnostics import after_probe, kl_part, kl_sums, read_diagnostics, value_moments
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 
@@ -72,15 +74,20 @@ class PPO(Algorithm):
         lr = self._set_learning_rate(env_steps)
         steps = b["valid"] > 0 if "valid" in b else None  # [N, T]: steps of agents in the game, learners' only
         if model.obs_normalizer is not None:
-            self._update_normalizer(model.obs_normalizer, _only(model.normalizer_input(b["obs"][:, :T]), steps))
+            self.ranks.update_normalizer(model.obs_normalizer, _only(model.normalizer_input(b["obs"][:, :T]), steps))
         is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
         adv_all = ret_all = None
-        values, old_dist = self._before_updates(b, not cfg.with_vtrace, cfg.kl_loss_coeff > 0)
+        # One minibatch of whole trajectories per epoch: the first loss pass sees the whole batch under the weights
+        # before any step, so GAE's values come from it (as V-trace's do) rather than from a no-grad pass of their
+        # own; Sample Factory's Doom and Atari settings (one epoch of one minibatch) then cost one forward pass.
+        fused = not (cfg.with_vtrace or is_per_step) and self.derived.minibatches_per_epoch == 1
+        fused = fused and cfg.kl_loss_coeff <= 0
+        values, old_dist = self._before_updates(b, not (cfg.with_vtrace or fused), cfg.kl_loss_coeff > 0)
         if values is not None:
             # GAE: targets once per iteration, from the weights before this iteration's updates.
             adv_all, ret_all = self._targets(b, values, None)
             if model.returns_normalizer is not None:
-                self._update_normalizer(model.returns_normalizer, _only(ret_all, steps))
+                self.ranks.update_normalizer(model.returns_normalizer, _only(ret_all, steps))
         sums: dict[str, float] = {}
         count = 0
         probe: Tensor | None = None  # the first minibatch: where the KL is read before and after the update
@@ -91,15 +98,14 @@ class PPO(Algorithm):
                 break
             epoch_kl: list[float] = []
             for idx, n_steps in self._minibatches(N, T, is_per_step, offset, n_global):
-                if probe is None:
-                    probe = idx
-                    diagnostics = kl_sums(self.model, b, idx, is_per_step, self.derived.recurrence, "kl_before")
+                loss, mb_stats, adv_all, ret_all = self._minibatch_loss(
+                    b, idx, n_steps, adv_all, ret_all, old_dist, is_per_step, fused
+                )
+                kl_before = {"kl_before_sum": mb_stats.pop("kl_sum"), "kl_before_n": mb_stats.pop("kl_n")}
+                if probe is None:  # the KL before the update, read off the loss pass that precedes the first step
+                    probe, diagnostics = idx, kl_before
                     if adv_all is not None:
                         diagnostics |= value_moments(adv_all, ret_all)
-                if is_per_step:
-                    loss, mb_stats = self._per_step_loss(b, idx, adv_all, ret_all, n_steps, old_dist)
-                else:
-                    loss, mb_stats = self._trajectory_loss(b, idx, adv_all, ret_all, n_steps, old_dist)
                 if count > 0 and self._kl_exceeded(mb_stats["kl"]):
                     stopped = True
                     break
@@ -114,6 +120,7 @@ class PPO(Algorithm):
                 lr = self._adapt_learning_rate(epoch_kl[-1:], "kl_adaptive_minibatch", lr)
             lr = self._adapt_learning_rate(epoch_kl, "kl_adaptive_epoch", lr)
         if probe is not None:
+            probe = after_probe(probe, 1 if is_per_step else T)
             diagnostics |= kl_sums(self.model, b, probe, is_per_step, self.derived.recurrence, "kl_after")
         # Each rank's statistics are its parts of the global means; the gradient norm is every rank's already.
         sums = self.ranks.sum_stats(sums, same_on_every_rank=("grad_norm",))
@@ -134,12 +141,6 @@ class PPO(Algorithm):
             with torch.no_grad():
                 log_std.clamp_(min=floor, max=ceiling)
         return {"std": float(log_std.detach().exp().mean())}
-
-    def _update_normalizer(self, normalizer: Any, x: Tensor) -> None:
-        if self.ranks.is_distributed:
-            self.ranks.update_normalizer(normalizer, x)  # every rank's part, merged exactly, finite only
-        else:
-            update_finite(normalizer, x)
 
     def _set_learning_rate(self, env_steps: int) -> float:
         lr = self.cfg.learning_rate
@@ -188,29 +189,7 @@ class PPO(Algorithm):
     # --- targets ------------------------------------------------------------------------------------
     def _targets(self, b: dict[str, Tensor], values_n: Tensor, log_rhos: Tensor | None) -> tuple[Tensor, Tensor]:
         """Advantages and value targets [N, T] (raw reward units) from normalised values_n [N, T + 1]."""
-        cfg = self.cfg
-        rn = self.model.returns_normalizer
-        values = rn.denormalize(values_n) if rn is not None else values_n
-        rewards = b["rewards"]
-        if cfg.value_bootstrap:
-            # A time-limit truncation is not a death: add the discounted value of the state instead of
-            # zero. V(s_t) stands in for V(s_{t+1}) because the post-step observation was replaced by reset.
-            rewards = rewards + cfg.gamma * values[:, :-1] * b["truncated"]
-        discounts = cfg.gamma * (1.0 - b["dones"])
-        tm = lambda x: x.transpose(0, 1)  # noqa: E731 - [N, T] -> time-major [T, N]
-        if log_rhos is not None:
-            vs, adv = vtrace(
-                tm(log_rhos),
-                tm(discounts),
-                tm(rewards),
-                tm(values[:, :-1]),
-                values[:, -1],
-                cfg.vtrace_rho,
-                cfg.vtrace_c,
-            )
-            return tm(adv), tm(vs)
-        adv, returns = gae(tm(discounts), tm(rewards), tm(values[:, :-1]), values[:, -1], cfg.gae_lambda)
-        return tm(adv), tm(returns)
+        return batch_targets(self.cfg, self.model.returns_normalizer, b, values_n, log_rhos)
 
     @torch.no_grad()
     def _before_updates(self, b: dict[str, Tensor], values: bool, dist: bool) -> tuple[Tensor | None, Any]:
@@ -291,7 +270,32 @@ class PPO(Algorithm):
             loss = loss + cfg.kl_loss_coeff * terms["kl_loss"]
         if ranks.is_distributed:
             loss = loss * (share * ranks.world_size)  # times G: DDP averages the ranks' gradients
-        return loss * weight, {key: value.item() * share for key, value in terms.items()}
+        stats = {key: value.item() * share for key, value in terms.items()}
+        kl = kl_part(log_probs, old_log_probs, "kl") if part.n and weight else {"kl_sum": 0.0, "kl_n": 0.0}
+        return loss * weight, stats | kl  # kl_sum, kl_n: the KL before the step, summed (update() takes them out)
+
+    def _minibatch_loss(
+        self,
+        b: dict[str, Tensor],
+        idx: Tensor,
+        n_steps: int,
+        adv_all: Tensor | None,
+        ret_all: Tensor | None,
+        old_dist: Any,
+        is_per_step: bool,
+        fused: bool,
+    ) -> tuple[Tensor, dict[str, float], Tensor | None, Tensor | None]:
+        """The loss and statistics of the minibatch `idx`, and the whole batch's advantages and targets: those
+        given, or with `fused` (GAE's values from the first loss pass) those this first pass computed."""
+        if is_per_step:
+            return (*self._per_step_loss(b, idx, adv_all, ret_all, n_steps, old_dist), adv_all, ret_all)
+        gae = fused and adv_all is None
+        loss, mb_stats, targets = self._trajectory_loss(b, idx, adv_all, ret_all, n_steps, old_dist, gae)
+        if gae:  # the whole batch's targets, for the later epochs
+            adv_all, ret_all = (b["rewards"].new_zeros(b["rewards"].shape) for _ in range(2))
+            if targets is not None:
+                adv_all[idx], ret_all[idx] = targets
+        return loss, mb_stats, adv_all, ret_all
 
     def _per_step_loss(
         self, b: dict[str, Tensor], idx: Tensor, adv_all: Tensor, ret_all: Tensor, n_global: int, old_dist: Any
@@ -327,8 +331,10 @@ class PPO(Algorithm):
         ret_all: Tensor | None,
         n_global: int,
         old_dist: Any,
-    ) -> tuple[Tensor, dict[str, float]]:
-        """Minibatch of whole trajectories (V-trace and/or RNN)."""
+        gae: bool = False,
+    ) -> tuple[Tensor, dict[str, float], tuple[Tensor, Tensor] | None]:
+        """Minibatch of whole trajectories (V-trace and/or RNN). Without `adv_all` its targets come from this pass's
+        values: V-trace's, or GAE's with `gae`; they are returned (advantages, targets [n, T]) but for a stand-in."""
         T = b["rewards"].shape[1]
         part = Part(idx.numel() * T, n_global)
         old = None
@@ -344,17 +350,19 @@ class PPO(Algorithm):
             with torch.no_grad():
                 boot = self.model.value_of(obs[:, T], rnn[:, T])
             values_n = torch.cat([out.values.detach(), boot.unsqueeze(1)], dim=1)
-            adv, targets = self._targets(sub, values_n, out.log_probs.detach() - old_log_probs)
+            adv, targets = self._targets(sub, values_n, None if gae else out.log_probs.detach() - old_log_probs)
             if self.model.returns_normalizer is not None:
                 steps = b["valid"][idx] > 0 if "valid" in b else None
-                self._update_normalizer(self.model.returns_normalizer, _only(targets, steps) if part.n else targets[:0])
+                mine = _only(targets, steps) if part.n else targets[:0]
+                self.ranks.update_normalizer(self.model.returns_normalizer, mine)
         else:
             adv, targets = adv_all[idx], ret_all[idx]
         old_values = b["values"][idx]
         valid = b["valid"][idx] if "valid" in b else None
-        return self._loss(
+        loss, stats = self._loss(
             out.log_probs, old_log_probs, out.entropy, out.values, old_values, adv, targets, out.dist, old, part, valid
         )
+        return loss, stats, ((adv, targets) if part.n else None)
 
 
 def _stand_in(
@@ -376,12 +384,6 @@ def _kept(x: Tensor, keep: Tensor | None) -> Tensor:
 def _mean(dist: Any) -> Tensor | None:
     """The Gaussian means [n, A] of a distribution over n steps; None for a categorical one."""
     return getattr(dist, "mean", None)
-
-
-def update_finite(normalizer: Any, x: Tensor) -> None:
-    """Running statistics take only finite data: one NaN would poison them (and every later value) for good."""
-    if bool(torch.isfinite(x).all()):
-        normalizer.update(x)
 
 
 def _only(x: Tensor, steps: Tensor | None) -> Tensor:
