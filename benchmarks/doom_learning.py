@@ -1,0 +1,114 @@
+"""VizDoom learning side by side: appo's seeds and one Sample Factory 2.1.1 run at the same agent steps.
+
+    python benchmarks/doom_learning.py --scenario=basic --agent_steps=500000 --seeds 0 1 2 \\
+        --sf_python=SF_VENV/bin/python [--out DIR]
+
+appo: `train_appo.py --env=doom_<scenario>` with its preset, one seed after the other (benchmarks/learning_suite.py
+runs them and reads `episode/return_mean`, the mean of the last 100 episodes, in the game's own units).
+Sample Factory: sf_examples.vizdoom.train_vizdoom with its Doom defaults and the same 2 workers x 8 envs, 2 splits,
+on the CPU, trained for 4x the agent steps in frames (frame skip 4); its `reward/reward` (the mean of its last
+episodes) is in its env's units, which for some scenarios it scales (basic: x0.01, `--sf_reward_scaling`), so the
+table divides that scaling out. Prints one row per engine (the final training return: appo's median, min and max
+over seeds), writes `<scenario>.png` with every curve against agent steps, and keeps the runs under --out."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from learning_suite import read, run_all  # noqa: E402
+
+from appo.tools.plot import load_events, scalar_series  # noqa: E402
+
+FRAMESKIP = 4
+SF_SCALING = {"basic": 0.01}  # sf_examples/vizdoom/doom/doom_utils.py's reward_scaling where it is not 1
+
+
+def sf_run(sf_python: str, scenario: str, agent_steps: int, out: Path, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sample Factory's run: (agent steps, mean episode return in game units) of its summaries."""
+    folder = out / "sf"
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sf_python, "-m", "sf_examples.vizdoom.train_vizdoom", f"--env=doom_{scenario}", f"--seed={seed}"]
+    cmd += [f"--experiment={scenario}", f"--train_dir={folder}", "--num_workers=2", "--num_envs_per_worker=8"]
+    cmd += ["--worker_num_splits=2", "--device=cpu", "--with_wandb=False", "--save_every_sec=100000"]
+    cmd += [f"--train_for_env_steps={agent_steps * FRAMESKIP}"]
+    with open(folder / f"{scenario}.out", "w") as log:
+        # In its own folder (its games write _vizdoom.ini where they run) and session, so that its games go too.
+        proc = subprocess.Popen(cmd, cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGINT)
+                proc.wait()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # its leftover games (they ignore gentler signals)
+            except ProcessLookupError:
+                pass
+    data = scalar_series(load_events(folder / scenario / ".summary" / "0"), "reward/reward")
+    if data is None:
+        raise RuntimeError(f"Sample Factory wrote no reward summaries; its log: {folder / f'{scenario}.out'}")
+    steps, _, values = data
+    return steps / FRAMESKIP, values / SF_SCALING.get(scenario, 1.0)
+
+
+def plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], title: str, out: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for name, (steps, values) in curves.items():
+        ax.plot(steps, values, linewidth=1.5 if name.startswith("Sample") else 0.9, label=name)
+    ax.set_title(title)
+    ax.set_xlabel("agent steps")
+    ax.set_ylabel("training return (mean of the last episodes, game units)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.savefig(out, dpi=100)
+    print(f"wrote {out}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default="basic")
+    parser.add_argument("--agent_steps", type=int, default=500_000)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--sf_python", default="", help="Sample Factory 2.1.1's interpreter (empty: appo alone)")
+    parser.add_argument("--sf_seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("train_dir") / "doom_learning")
+    args = parser.parse_args()
+    env = f"doom_{args.scenario}"
+    runs = run_all([(env, seed) for seed in args.seeds], args.agent_steps, args.out / "appo", [], parallel=1)
+    results = [read(run, eval_episodes=0) for run in runs]
+    curves = {f"appo seed {r.run.seed}": (r.steps, r.values) for r in results if len(r.values)}
+    rows = []
+    finals = [r.final for r in results if r.run.status == 0 and len(r.values)]
+    if finals:
+        spread = f"min {min(finals):.1f}, max {max(finals):.1f}"
+        rows.append(f"appo (median of {len(finals)} seeds)   {statistics.median(finals):8.1f}  ({spread})")
+    if args.sf_python:
+        steps, values = sf_run(args.sf_python, args.scenario, args.agent_steps, args.out, args.sf_seed)
+        curves["Sample Factory 2.1.1"] = (steps, values)
+        rows.append(f"Sample Factory 2.1.1 (seed {args.sf_seed})    {values[-1]:8.1f}  (at {int(steps[-1]):,} steps)")
+    print(f"\n{env}: training return at {args.agent_steps:,} agent steps (game units)")
+    print("\n".join(rows))
+    if curves:
+        plot(curves, f"{env}, 2 workers x 8 envs", args.out / f"{args.scenario}.png")
+    return 0 if len(finals) == len(args.seeds) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
