@@ -1,10 +1,12 @@
 """VizDoom (`--env=doom_<scenario>`, `pip install -e .[doom]`): the single-player scenarios bundled with vizdoom
 (envs/doom/scenarios.py) as gymnasium envs (envs/doom/game.py) whose games die with their process
-(envs/doom/launcher.py), and their PPO preset."""
+(envs/doom/launcher.py), the multiplayer matches doom_duel and doom_deathmatch_bots (envs/doom/match.py), and
+their PPO preset."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -43,6 +45,17 @@ DOOM_PRESET: dict[str, Any] = {
 }
 
 
+def _match(name: str, max_episode_steps: int = 0, **kwargs: Any) -> Any:
+    """A multiplayer match (envs/doom/match.py), `max_episode_steps` > 0 as its own step limit."""
+    from appo.envs.doom.match import DoomMatch
+
+    return DoomMatch(name, max_steps=max_episode_steps, **kwargs)
+
+
+# The multiplayer matches (multi-agent envs: the engine wraps them in AgentEnv).
+ENVS = {name: partial(_match, name) for name in ("doom_duel", "doom_deathmatch_bots")}
+
+
 def make(name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:
     """The scenario `name` names (doom_basic, ...); ValueError with one line listing the scenarios for any other."""
     scenario = name[len("doom_") :]
@@ -59,6 +72,8 @@ def make(name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:
 
 
 def preset(env_name: str, env_steps: int | None, given: Mapping[str, Any]) -> dict[str, Any] | None:
+    if env_name in ENVS:  # frags and deaths: rewards of 1 already
+        return dict(DOOM_PRESET)
     scenario = SCENARIOS.get(env_name[len("doom_") :]) if env_name.startswith(PREFIXES) else None
     if scenario is None:
         return None

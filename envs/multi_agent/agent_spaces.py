@@ -1,7 +1,8 @@
 """One observation space and one action space for every agent of a multi-agent env, what one policy (or a population)
 over all of a game's rows needs.
 
-Agents with the same spaces keep them (a Discrete observation becomes its one-hot Box). Agents with different
+Agents with the same spaces keep them (a Discrete observation becomes its one-hot Box, a Dict of Boxes its packed
+bytes as a single-agent env's: envs/common/packed_obs.py). Agents with different
 spaces are padded to one, the recipe of parameter sharing over heterogeneous agents (Terry et al. 2020, "Revisiting
 parameter sharing in multi-agent deep RL"; PettingZoo's SuperSuit wrappers do the same), rather than grouped with a
 policy each: one policy then still serves every row, so self-play, a population mixed within games and the pool of
@@ -29,6 +30,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from appo.envs.common.packed_obs import PackedObsSpace
 
 
 class AgentEnvError(RuntimeError):
@@ -63,14 +66,22 @@ class SharedSpaces:
             self.kind[agent] = pairs.index(pair)
         self.kinds = len(pairs)
         self.padded = self.kinds > 1
+        self.packed: PackedObsSpace | None = None  # same Dict spaces for every agent: their packed bytes
         first = agents[0]
         if not self.padded:
             raw = obs_spaces[first]
-            if isinstance(raw, gym.spaces.Dict):
-                raise AgentEnvError(f"--env={name}: Dict observations are supported for single-agent envs only")
+            if isinstance(raw, gym.spaces.Dict):  # packed into bytes, as a single-agent env's (envs/common)
+                if agent_ids:
+                    raise AgentEnvError(
+                        f"--obs_agent_id: --env={name} has Dict observations; an agent's one-hot is appended to flat "
+                        "(1-D) observations only"
+                    )
+                self.packed = PackedObsSpace(raw, name)
             self.observation_space: gym.Space = (
                 gym.spaces.Box(0.0, 1.0, (int(raw.n),), np.float32) if isinstance(raw, gym.spaces.Discrete) else raw
             )
+            if self.packed is not None:
+                self.observation_space = self.packed
             own = act_spaces[first]
             # A Discrete space is 0-based to the policy (`env_action` adds the agent's start).
             self.action_space: gym.Space = (
@@ -140,6 +151,8 @@ class SharedSpaces:
             row[int(value) - start] = 1.0
         elif self.padded:
             row[: self.flat[agent]] = np.asarray(value, dtype=np.float32).reshape(-1)
+        elif self.packed is not None:
+            row[...] = self.packed.pack(value)
         else:
             row[...] = value
         if self.padded:

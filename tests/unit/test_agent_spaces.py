@@ -97,3 +97,25 @@ def test_an_unbounded_box_action_entry_stays_unbounded_when_padded() -> None:
     shared = SharedSpaces({"a": BOX3, "b": BOX3}, {"a": spaces.Box(-1.0, 1.0, (1,), np.float32), "b": free})
     assert shared.action_space.low.tolist() == [-np.inf, -np.inf]
     assert shared.action_space.high.tolist() == [np.inf, np.inf]
+
+
+def test_agents_with_one_dict_space_share_its_packed_bytes() -> None:
+    """Dict observations (an image and a vector: Doom's) packed into a uint8 row, as a single-agent env's are, and
+    taken apart again to what each agent saw; no agent one-hot can be appended to bytes (one line)."""
+    dict_space = spaces.Dict(
+        {"screen": spaces.Box(0, 255, (4, 6, 3), np.uint8), "vars": spaces.Box(-np.inf, np.inf, (2,), np.float32)}
+    )
+    acts = {a: spaces.Discrete(3) for a in "ab"}
+    shared = SharedSpaces({a: dict_space for a in "ab"}, acts, "doomish")
+    space = shared.observation_space
+    assert space.dtype == np.uint8 and space.shape == (4 * 6 * 3 + 2 * 4,) and space.dict_space == dict_space
+    rows = np.zeros((2, *space.shape), np.uint8)
+    seen = {a: dict_space.sample() for a in "ab"}
+    for i, agent in enumerate("ab"):
+        shared.write_obs(agent, seen[agent], rows[i])
+    for i, agent in enumerate("ab"):
+        back = space.unpack(rows[i])
+        np.testing.assert_array_equal(back["screen"], seen[agent]["screen"])
+        np.testing.assert_array_equal(back["vars"], seen[agent]["vars"])
+    with pytest.raises(AgentEnvError, match=r"^--obs_agent_id: --env=doomish has Dict observations"):
+        SharedSpaces({a: dict_space for a in "ab"}, acts, "doomish", agent_ids=True)

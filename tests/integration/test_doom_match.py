@@ -1,0 +1,150 @@
+"""Multiplayer Doom (envs/doom/match.py): a duel of two players through vizdoom's network game on loopback, a match
+against built-in bots, two duels at once on ports of their own, and games and player processes that die with the
+run that started them. Real games throughout (xdist group "doom": the tests count the machine's game processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from appo.envs import make_env
+from appo.envs.common.episode_end import TRUE_OBJECTIVE
+from appo.envs.doom.match import DoomMatch
+from tests.conftest import ROOT, _kill_group
+from tests.integration.test_doom import RunGames, games, shm_of, wait_until_gone
+
+pytestmark = pytest.mark.xdist_group("doom")
+
+
+def player_processes(root: int) -> list[int]:
+    try:
+        procs = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
+        return []
+    out = []
+    for p in procs:
+        try:
+            if "appo.envs.doom.player_server" in " ".join(p.cmdline()):
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def play(env: DoomMatch, rng: np.random.Generator) -> tuple[int, dict[str, float], dict[str, dict]]:
+    """One episode of random actions: (steps, each player's return, each player's last info)."""
+    env.reset()
+    steps, returns = 0, dict.fromkeys(env.possible_agents, 0.0)
+    while True:
+        actions = {a: int(rng.integers(env.action_space(a).n)) for a in env.possible_agents}
+        obs, rewards, terminated, truncated, infos = env.step(actions)
+        steps += 1
+        for a in env.possible_agents:
+            assert env.observation_space(a).contains(obs[a])
+            returns[a] += rewards[a]
+        if any(terminated.values()) or any(truncated.values()):
+            assert all(terminated.values()) and not any(truncated.values())  # the match's time limit ends it
+            return steps, returns, infos
+
+
+def test_a_duel_plays_through_the_network_game_and_its_processes_end_with_it() -> None:
+    env = DoomMatch("doom_duel", minutes=0.05)  # 105 tics: 26 or 27 steps of 4
+    rng = np.random.default_rng(0)
+    try:
+        assert not player_processes(os.getpid())  # built, not started
+        for _ in range(2):  # the second episode: a new one in the running match
+            steps, returns, infos = play(env, rng)
+            assert steps in (26, 27), steps  # the game ends the match at its tic 104 or 105
+            started = games(os.getpid())
+            assert len(started) == 2 and len(player_processes(os.getpid())) == 2
+            frags = [infos[a]["frags"] for a in env.possible_agents]
+            for a, mine, theirs in zip(env.possible_agents, frags, frags[::-1], strict=True):
+                assert returns[a] == pytest.approx(mine - infos[a]["deaths"])
+                assert infos[a][TRUE_OBJECTIVE] == (0.5 if mine == theirs else float(mine > theirs))
+    finally:
+        players = player_processes(os.getpid())
+        env.close()
+    assert not wait_until_gone(players + list(started)), "a player or its game outlived close()"
+    assert not shm_of(started.values())
+
+
+def test_a_match_against_bots_counts_the_players_frags_and_deaths() -> None:
+    """Random play against 4 bots for 30 s of game time, through the engine's multi-agent rows (the Dict
+    observations packed into bytes): the bots kill it now and then, its return is its frags minus its deaths, and
+    its true objective its frags."""
+    env = make_env("doom_deathmatch_bots", minutes=0.5)
+    rng = np.random.default_rng(1)
+    try:
+        rows, active = env.reset(seed=0)
+        space = env.observation_space
+        assert rows.shape == (1, space.shape[0]) and rows.dtype == np.uint8 and active.all()
+        assert space.unpack(rows[0])["screen"].shape == (72, 128, 3)
+        total, steps, over = 0.0, 0, False
+        while not over:
+            rows, rewards, terminated, truncated, active, over, infos = env.step(
+                rng.integers(env.action_space.n, size=(1, 1)), active
+            )
+            total, steps = total + float(rewards[0]), steps + 1
+        assert steps == 263 and terminated[0] and not truncated[0], steps  # 1,050 tics of 4
+        info = infos["player_0"]
+        assert info["deaths"] >= 1, info
+        assert total == pytest.approx(info["frags"] - info["deaths"]) and info[TRUE_OBJECTIVE] == info["frags"]
+    finally:
+        env.close()
+
+
+def test_two_duels_at_once_take_ports_of_their_own() -> None:
+    envs = [DoomMatch("doom_duel", minutes=0.03) for _ in range(2)]
+    rng = np.random.default_rng(2)
+    try:
+        for env in envs:
+            env.reset()
+        for env in envs:
+            steps, _, _ = play(env, rng)
+            assert steps in (15, 16), steps
+    finally:
+        for env in envs:
+            env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["int", "kill"])
+def test_a_stopped_duel_run_leaves_no_player_and_no_game(train_dir: Path, sig: int) -> None:
+    """Self-play with a pool on doom_duel for a while, then the driver stopped: no player process, no game left."""
+    args = ["--env=doom_duel", f"--train_dir={train_dir}", "--experiment=duel", "--num_workers=1"]
+    args += ["--num_envs_per_worker=2", "--rnn_size=64", "--batch_size=256", "--selfplay_pool=2"]
+    args += ["--selfplay_snapshot_every=1", "--report_interval=1", "--train_for_seconds=600"]
+    proc = subprocess.Popen(
+        [sys.executable, "train_appo.py", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    watch = RunGames(proc.pid)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(games(proc.pid)) < 4:
+            time.sleep(0.2)
+        players = player_processes(proc.pid)
+        assert len(games(proc.pid)) == 4 and len(players) == 4, "the run's 2 duels never started"
+        time.sleep(5.0)  # playing
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        started = watch.stop()
+        assert not (left := _kill_group(proc.pid)), f"processes left: {left}"
+        assert not wait_until_gone(players + list(started)), "a player or its game outlived the run"
+        assert not shm_of(started.values())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
