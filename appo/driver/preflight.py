@@ -17,6 +17,7 @@ from appo.config.cfg import Cfg, cfg_to_dict, experiment_dir
 from appo.config.derive import derive
 from appo.config.verify import verify_or_exit
 from appo.driver.run_lock import hold_run_dir
+from appo.driver.supported_spaces import space_rule_problems
 from appo.envs import UnknownEnvError, make_run_env, make_task_assigner
 from appo.envs.multi_agent.multi_agent import AgentEnvError
 from appo.models.registry import make_model
@@ -137,7 +138,7 @@ def prepare(cfg: Cfg) -> tuple[Any, Any, Any, int, str | None]:
     spaces = (env.observation_space, env.action_space)
     multi_agent = bool(getattr(env, "is_multi_agent", False))
     agents = int(getattr(env, "num_agents", 1)) if multi_agent else 1
-    problem = multi_agent_problem(cfg, multi_agent)
+    problem = multi_agent_problem(cfg, multi_agent) or next(iter(space_rule_problems(cfg.env, env)), None)
     if problem:
         env.close()
         print(f"error: {problem}", file=sys.stderr)

@@ -54,6 +54,44 @@ def test_readme_lines_stay_within_120_characters():
     assert not long, "README lines over 120 characters:\n" + "\n".join(long)
 
 
+BUDGET = re.compile(r"train_for_(env_steps|seconds|iterations)=")  # a flag, or appo.train's keyword
+
+
+def readme_training_commands(text: str) -> list[str]:
+    """The training commands of README.md's code blocks (train_appo.py, appo.sweep, appo.train), each joined over
+    its continuation lines."""
+    commands, in_block, pending = [], False, ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_block, pending = not in_block, ""
+            continue
+        if not in_block:
+            continue
+        pending += line.rstrip("\\").strip() + " "
+        if line.rstrip().endswith("\\"):
+            continue
+        if "train_appo.py" in pending or "appo.sweep" in pending or "appo.train(" in pending:
+            commands.append(pending.strip())
+        pending = ""
+    return commands
+
+
+def test_every_readme_training_command_has_a_budget():
+    """A newcomer's copy-paste ends: every training command README.md shows stops at a budget of steps, seconds
+    or iterations (the default budget is 10^10 env steps)."""
+    commands = readme_training_commands((ROOT / "README.md").read_text())
+    assert len(commands) >= 6, commands  # ant_dir, the quickstarts, More's examples
+    endless = [c for c in commands if not BUDGET.search(c)]
+    assert not endless, "README training commands without a budget:\n" + "\n".join(endless)
+
+
+def test_the_budget_check_sees_a_command_without_one():
+    text = "```bash\npython train_appo.py --env=CartPole-v1 \\\n    --experiment=x\n```\n"
+    (command,) = readme_training_commands(text)
+    assert command.startswith("python train_appo.py --env=CartPole-v1") and "--experiment=x" in command
+    assert not BUDGET.search(command)
+
+
 def test_the_version_is_one_everywhere():
     """appo.__version__ (which setup.py reads) is the changelog's newest heading and CITATION.cff's version; a
     LICENSE file exists."""

@@ -30,7 +30,7 @@ FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)")
 COMMAND = re.compile(
     r"python3?\s+(?:-m\s+)?(?P<target>[\w./-]+)"
     r"|(?P<script>\bappo-(?:train|enjoy|plot|sweep|export|runs))\b"
-    r"|(?P<other>\b(?:pip3?\s+install|pytest|ray\s+start|tensorboard|wandb\s+sync|ruff)\b)"
+    r"|(?P<other>\b(?:pip3?\s+install|pytest|ray\s+start|tensorboard|wandb\s+sync|ruff|docker\s+run)\b)"
 )
 FORWARDS_TO_TRAIN = {"appo.sweep"}  # after `--`, a sweep's flags are train_appo.py's
 
