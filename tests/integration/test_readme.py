@@ -101,3 +101,18 @@ def experiment_of(command: str) -> str:
     if m := re.search(r"train_dir/([^\s/]+)", command):
         return m[1]
     return command
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_cartpole_quickstart_reaches_what_the_readme_says(tmp_path):
+    """README's CartPole quickstart exactly as written (its own budget), in a temporary train_dir: it finishes
+    and its training return is the 500 README promises (within the last episodes' noise)."""
+    (command,) = [c for c in readme_commands() if "--env=CartPole-v1" in c and "train_appo.py" in c]
+    args = [*shlex.split(command)[1:], f"--train_dir={tmp_path}"]
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    from appo.tools.plot import load_events, scalar_series
+
+    steps, _, returns = scalar_series(load_events(tmp_path / "cartpole" / "summaries" / "0"), "episode/return_mean")
+    assert steps[-1] >= 200_000 and returns[-1] >= 475.0, (steps[-1], returns[-5:])
