@@ -127,6 +127,22 @@ def test_value_loss_without_clipping(clip_value: float | None) -> None:
     assert value_loss(values, old_values, targets, clip_value).item() == pytest.approx(2.5)
 
 
+def test_huber_value_loss_is_squared_below_the_delta_and_linear_beyond_it() -> None:
+    """MAPPO's Huber value loss (delta 10): 0.5 e^2 for |e| <= delta, delta * (|e| - delta / 2) beyond; clipped, the
+    larger of the clipped and unclipped values' losses, as the squared error's."""
+    values, targets = torch.tensor([1.0, 30.0, -20.0]), torch.zeros(3)
+    expected = [0.5, 10.0 * (30.0 - 5.0), 10.0 * (20.0 - 5.0)]
+    loss = value_loss(values, values, targets, clip_value=None, huber_delta=10.0)
+    assert loss.item() == pytest.approx(sum(expected) / 3)
+    assert value_loss(values, values, targets, None).item() == pytest.approx((0.5 + 450.0 + 200.0) / 3)
+    # clipped: old values 0, clip 0.2 -> clipped values 0.2, 0.2, -0.2 (errors below the delta): the unclipped win
+    clipped = value_loss(values, torch.zeros(3), targets, clip_value=0.2, huber_delta=10.0)
+    assert clipped.item() == pytest.approx(sum(expected) / 3)
+    small = torch.tensor([0.5], requires_grad=True)  # clipped error 0.7 vs 0.5: the clipped one is larger
+    clipped = value_loss(small, torch.tensor([0.9]), torch.tensor([0.0]), clip_value=0.2, huber_delta=10.0)
+    assert clipped.item() == pytest.approx(0.5 * 0.7**2)
+
+
 def test_entropy_loss() -> None:
     entropy = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
     loss = entropy_loss(entropy)

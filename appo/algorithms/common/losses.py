@@ -56,8 +56,11 @@ def value_loss(
     old_values: Tensor,
     targets: Tensor,
     clip_value: float | None,
+    huber_delta: float = 0.0,
 ) -> Tensor:
-    """Squared-error value loss, optionally with PPO-style value clipping.
+    """Squared-error value loss, optionally with PPO-style value clipping; with ``huber_delta`` > 0 the squared error
+    0.5 e^2 becomes the Huber loss (the same below the delta, delta * (|e| - delta / 2) beyond it: MAPPO's, delta 10),
+    clipped or not.
 
     With clipping (``clip_value`` not ``None`` and ``> 0``)::
 
@@ -78,13 +81,19 @@ def value_loss(
         Scalar loss tensor.
     """
     targets = targets.detach()
-    unclipped_sq = (values - targets).pow(2)
+    unclipped = _error_loss(values - targets, huber_delta)
     if clip_value is None or clip_value <= 0:
-        return 0.5 * unclipped_sq.mean()
+        return unclipped.mean()
     old_values = old_values.detach()
     values_clipped = old_values + torch.clamp(values - old_values, -clip_value, clip_value)
-    clipped_sq = (values_clipped - targets).pow(2)
-    return 0.5 * torch.max(unclipped_sq, clipped_sq).mean()
+    return torch.max(unclipped, _error_loss(values_clipped - targets, huber_delta)).mean()
+
+
+def _error_loss(error: Tensor, huber_delta: float) -> Tensor:
+    """0.5 e^2 per element, or the Huber loss with `huber_delta` > 0 (linear beyond the delta)."""
+    if huber_delta > 0:
+        return torch.nn.functional.huber_loss(error, torch.zeros_like(error), reduction="none", delta=huber_delta)
+    return 0.5 * error.pow(2)
 
 
 def entropy_loss(entropy: Tensor) -> Tensor:

@@ -247,7 +247,7 @@ class PPO(Algorithm):
         rn = self.model.returns_normalizer
         targets_n = rn.normalize(targets) if rn is not None else targets
         p_loss, p_stats = policy_loss(log_probs, old_log_probs, adv, cfg.ppo_clip_ratio)
-        v_loss = value_loss(values, old_values, targets_n, cfg.ppo_clip_value or None)
+        v_loss = value_loss(values, old_values, targets_n, cfg.ppo_clip_value or None, cfg.value_huber_delta)
         e_loss = entropy_loss(entropy)
         terms = {"policy_loss": p_loss, "value_loss": v_loss, "entropy": -e_loss}
         terms |= {"kl": p_stats["approx_kl"], "clip_fraction": p_stats["clip_fraction"]}

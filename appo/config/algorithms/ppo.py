@@ -17,6 +17,9 @@ class PpoCfg:
     ppo_clip_ratio: float = flag(0.1, "PPO policy ratio clip epsilon")
     ppo_clip_value: float = flag(1.0, "PPO value clip (normalised units); 0 disables")
     value_loss_coeff: float = flag(0.5, "weight of the value loss")
+    value_huber_delta: float = flag(
+        0.0, "Huber value loss: errors beyond this (normalised units) count linearly (MAPPO: 10); 0: squared error"
+    )
     exploration_loss_coeff: float = flag(0.003, "weight of the entropy bonus")
     exploration_schedule: str = flag(
         "constant", "the entropy bonus over the run: constant, or linear_decay (to 0 as --lr_schedule's linear_decay)"
