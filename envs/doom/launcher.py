@@ -30,12 +30,24 @@ _SCRIPT = r"""#!{python} -S
 import ctypes, os, signal, sys, time
 
 REAL, WORKDIR, PR_SET_PDEATHSIG = {real!r}, {workdir!r}, 1
-parent = int(os.environ.get({variable!r}, "0") or 0) or os.getppid()
-if os.getppid() != parent:  # the process that started it is gone already
-    sys.exit(1)
-libc = ctypes.CDLL(None, use_errno=True)
 args = sys.argv[1:]
 instance = args[args.index("+viz_instance_id") + 1] if "+viz_instance_id" in args else None
+
+
+def remove_shared_memory():
+    if instance:
+        for prefix in ("ViZDoomSM", "ViZDoomMQCtr", "ViZDoomMQDoom"):
+            try:
+                os.unlink("/dev/shm/" + prefix + instance)
+            except OSError:
+                pass
+
+
+parent = int(os.environ.get({variable!r}, "0") or 0) or os.getppid()
+if os.getppid() != parent:  # the process that started it is gone already (its queues made, no game to run)
+    remove_shared_memory()
+    sys.exit(1)
+libc = ctypes.CDLL(None, use_errno=True)
 os.chdir(WORKDIR)
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 me = os.getpid()
@@ -68,12 +80,7 @@ while True:
     if os.getppid() != parent:
         stop()
     time.sleep(0.2)
-if instance:
-    for prefix in ("ViZDoomSM", "ViZDoomMQCtr", "ViZDoomMQDoom"):
-        try:
-            os.unlink("/dev/shm/" + prefix + instance)
-        except OSError:
-            pass
+remove_shared_memory()
 code = os.waitstatus_to_exitcode(status) if status else 0
 os._exit(code if code >= 0 else 128 - code)
 """

@@ -215,3 +215,23 @@ def test_doom_basic_trains_records_and_exports(train_dir: Path) -> None:
         assert env.action_space.contains(int(np.asarray(action).item()))
     finally:
         env.close()
+
+
+def test_a_launcher_whose_starter_is_gone_removes_the_queues_made_for_its_game() -> None:
+    """vizdoom makes a game's message queues before it starts the launcher: a worker killed in between leaves a
+    launcher whose starter is gone, which must remove them rather than exit and leave them in /dev/shm."""
+    from appo.envs.doom.launcher import PARENT_VARIABLE, launcher_path
+
+    script = launcher_path("/nonexistent/vizdoom")  # never run: the launcher exits before starting a game
+    instance = f"appotest{os.getpid()}"
+    made = [Path(f"/dev/shm/{prefix}{instance}") for prefix in ("ViZDoomMQCtr", "ViZDoomMQDoom")]
+    for path in made:
+        path.write_bytes(b"")
+    try:
+        env = {**os.environ, PARENT_VARIABLE: "1"}  # a starter other than its parent: as if it had died
+        result = subprocess.run([script, "-iwad", "x", "+viz_instance_id", instance], env=env, timeout=30)
+        assert result.returncode == 1
+        assert not [p.name for p in made if p.exists()], "the queues of a game that never started stayed"
+    finally:
+        for path in made:
+            path.unlink(missing_ok=True)
