@@ -1,8 +1,8 @@
 """Multi-agent returns on the scales other libraries publish, written once.
 
 appo reports a multi-agent env's return per agent: each agent's own rewards summed over its episode, averaged over
-the agents (`episode/return_mean`). Libraries differ (epymarl#29, MARLlib#179, Sample Factory #297), so a figure is
-only comparable on the same scale:
+the agents (`episode/return_mean`). Libraries differ (users of EPyMARL, MARLlib and Sample Factory have each asked
+which scale a figure is on), so a figure is only comparable on the same scale:
 
 - per team: the agents' returns summed (N x the per-agent return);
 - MAPPO's (Yu et al. 2021, marlbenchmark/on-policy) on the MPE spread task: its env pays every agent the team's sum

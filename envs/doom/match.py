@@ -76,7 +76,7 @@ class DoomMatch:
         self._obs_space = gym.spaces.Dict({"screen": screen, "vars": variables})
         self._act_space = gym.spaces.Discrete(len(self.actions))
         self.procs: list[PlayerProcess] = []
-        self.counts = np.zeros((self.players, 3))  # each player's frags, deaths and damage dealt (game totals)
+        self.counts = np.zeros((self.players, 2))  # each player's frags and deaths (the game's totals)
         self.start_counts = self.counts
         self.steps = self.tics = 0
         self.last: dict[str, Any] = {}
@@ -128,7 +128,7 @@ class DoomMatch:
         counts = np.array([reply[1] for reply in replies])
         gained = counts - self.counts
         self.counts = counts
-        counts = counts - self.start_counts
+        episode = counts - self.start_counts  # this episode's frags and deaths
         self.steps += 1
         self.tics += tic + 1
         finished = any(reply[2] for reply in replies) or self.tics >= self.limit
@@ -138,9 +138,9 @@ class DoomMatch:
         rewards = {a: float(gained[i, 0] - gained[i, 1]) for i, a in enumerate(agents)}
         infos: dict[str, dict] = {a: {} for a in agents}
         if finished or truncated:
-            frags = counts[:, 0]
+            frags = episode[:, 0]
             for i, a in enumerate(agents):
-                infos[a] = {"frags": float(frags[i]), "deaths": float(counts[i, 1])}
+                infos[a] = {"frags": float(frags[i]), "deaths": float(episode[i, 1])}
                 if self.players == 2:
                     infos[a][TRUE_OBJECTIVE] = 0.5 if frags[0] == frags[1] else float(frags[i] == frags.max())
                 else:

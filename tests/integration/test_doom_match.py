@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,8 +16,9 @@ import pytest
 from appo.envs import make_env
 from appo.envs.common.episode_end import TRUE_OBJECTIVE
 from appo.envs.doom.match import DoomMatch
-from tests.conftest import ROOT, _kill_group
+from tests.conftest import _kill_group
 from tests.integration.test_doom import RunGames, games, shm_of, wait_until_gone
+from tests.integration.test_faults import start
 
 pytestmark = pytest.mark.xdist_group("doom")
 
@@ -122,14 +121,7 @@ def test_a_stopped_duel_run_leaves_no_player_and_no_game(train_dir: Path, sig: i
     args = ["--env=doom_duel", f"--train_dir={train_dir}", "--experiment=duel", "--num_workers=1"]
     args += ["--num_envs_per_worker=2", "--rnn_size=64", "--batch_size=256", "--selfplay_pool=2"]
     args += ["--selfplay_snapshot_every=1", "--report_interval=1", "--train_for_seconds=600"]
-    proc = subprocess.Popen(
-        [sys.executable, "train_appo.py", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start(args)
     watch = RunGames(proc.pid)
     try:
         deadline = time.monotonic() + 120

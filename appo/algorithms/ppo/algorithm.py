@@ -26,7 +26,7 @@ from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
 from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_bounds
 from appo.algorithms.common.returns import batch_targets
-from appo.algorithms.ppo.diagnostics import after_probe, kl_part, kl_sums, read_diagnostics, value_moments
+from appo.algorithms.ppo.diagnostics import after_probe, kl_sums, read_diagnostics, value_moments
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
 
@@ -271,7 +271,8 @@ class PPO(Algorithm):
         if ranks.is_distributed:
             loss = loss * (share * ranks.world_size)  # times G: DDP averages the ranks' gradients
         stats = {key: value.item() * share for key, value in terms.items()}
-        kl = kl_part(log_probs, old_log_probs, "kl") if part.n and weight else {"kl_sum": 0.0, "kl_n": 0.0}
+        n = float(log_probs.numel()) if part.n and weight else 0.0  # the KL of the steps the loss averages over
+        kl = {"kl_sum": float(p_stats["approx_kl"]) * n, "kl_n": n}
         return loss * weight, stats | kl  # kl_sum, kl_n: the KL before the step, summed (update() takes them out)
 
     def _minibatch_loss(
