@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -43,25 +44,34 @@ def _from_class_path(name: str, kwargs: dict[str, Any]) -> gym.Env:
 
 
 def make_env(
-    name: str, max_episode_steps: int = 0, render_mode: str | None = None, agent_ids: bool = False, **kwargs: Any
+    name: str,
+    max_episode_steps: int = 0,
+    render_mode: str | None = None,
+    agent_ids: bool = False,
+    value_input: str = "local",
+    **kwargs: Any,
 ) -> gym.Env:
     """Build the env called `name`. `max_episode_steps` > 0 overrides the env's own time limit. A multi-agent env
     (PettingZoo's Parallel API) comes back as an `AgentEnv` (appo/envs/multi_agent.py): a row per agent, with the
-    agent's one-hot in its observation where `agent_ids` (--obs_agent_id). An env with a Dict observation space comes
+    agent's one-hot in its observation where `agent_ids` (--obs_agent_id), and the team input of a centralised value
+    where `value_input` is not "local" (--value_input). An env with a Dict observation space comes
     back wrapped in `PackDictObs` (appo/envs/packed_obs.py): one uint8 array per observation, which the model takes
     apart again."""
-    env = _make_env(name, max_episode_steps, render_mode, agent_ids, **kwargs)
+    agents = partial(AgentEnv, name=name, agent_ids=agent_ids, value_input=value_input)
+    env = _make_env(name, max_episode_steps, render_mode, agents, **kwargs)
     return PackDictObs(env, name) if is_dict_obs(env) else env
 
 
-def _make_env(name: str, max_episode_steps: int, render_mode: str | None, agent_ids: bool, **kwargs: Any) -> gym.Env:
+def _make_env(
+    name: str, max_episode_steps: int, render_mode: str | None, agents: Callable[..., AgentEnv], **kwargs: Any
+) -> gym.Env:
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     if name in PROJECT_ENVS:
         # Project constructors apply their own TimeLimit (their default episode length) and take the override.
         limit = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
         env = PROJECT_ENVS[name](**limit, **kwargs)
-        return AgentEnv(env, name, agent_ids=agent_ids) if is_parallel_env(env) else env
+        return agents(env) if is_parallel_env(env) else env
     family = family_of(name)
     if family is not None and hasattr(family, "make"):  # a family that owns names by prefix (atari_pong)
         try:
@@ -73,9 +83,9 @@ def _make_env(name: str, max_episode_steps: int, render_mode: str | None, agent_
     if ":" in name:
         env = _from_class_path(name, kwargs)
         if is_parallel_env(env):  # many agents in one env (a PettingZoo Parallel env): a row per agent
-            return AgentEnv(env, name, max_episode_steps, agent_ids)
+            return agents(env, max_episode_steps=max_episode_steps)
         if is_sf_multi_agent(env):  # ... or one of Sample Factory's (appo/envs/sf_agents.py)
-            return AgentEnv(SfAgents(env, name), name, max_episode_steps, agent_ids)
+            return agents(SfAgents(env, name), max_episode_steps=max_episode_steps)
     else:
         try:
             # The passive env checker costs time on every step; envs are checked by tests instead.
@@ -158,7 +168,8 @@ def make_run_env(
     take the run's training-only settings (Atari's --episodic_life). `cfg` is an appo Cfg."""
     kwargs = env_kwargs(cfg) | training_kwargs(cfg, training)
     agent_ids = bool(getattr(cfg, "obs_agent_id", False))
-    env = make_env(cfg.env, cfg.max_episode_steps, render_mode, agent_ids, **kwargs)
+    value_input = str(getattr(cfg, "value_input", "local"))
+    env = make_env(cfg.env, cfg.max_episode_steps, render_mode, agent_ids, value_input, **kwargs)
     env = _reward_conditioning(cfg, env)
     if cfg.task_schedule == "none":
         return env

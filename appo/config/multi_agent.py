@@ -26,3 +26,10 @@ class MultiAgentCfg:
         "multi-agent envs: append a one-hot of the agent (its row, in possible_agents' order) to its observation, so "
         "that agents sharing a policy can take different roles",
     )
+    value_input: str = _f(
+        "local",
+        "multi-agent envs, what the value function reads: local (the agent's own observation, through the policy's "
+        "trunk), team (every agent's observation in possible_agents' order, then the agent's one-hot: MAPPO's "
+        "centralised value) or state (the env's global state(), then the agent's one-hot); the policy reads only its "
+        "own observation either way",
+    )

@@ -63,6 +63,7 @@ def verify(cfg: Cfg) -> list[str]:
     choices |= {"task_schedule": ("none", "per_episode", "per_trial", "fixed", "curriculum")}
     choices |= {"task_visibility": ("hidden", "visible"), "save_best_metric": ("train", "eval")}
     choices["selfplay_pool_keep"] = ("recent", "spread")
+    choices["value_input"] = ("local", "team", "state")
     for name, valid in choices.items():
         if getattr(cfg, name) not in valid:
             errors.append(f"--{name}={getattr(cfg, name)}: must be one of {', '.join(valid)}")

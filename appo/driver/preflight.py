@@ -88,10 +88,12 @@ def check_checkpoints(cfg: Cfg, spaces: tuple[Any, Any]) -> tuple[int, int] | No
 
 def multi_agent_problem(cfg: Cfg, multi_agent: bool) -> str | None:
     """Why this run cannot train its env, as one line naming the flag (None: it can): a multi-agent env trains with
-    the PPO family on plain runs; --selfplay_pool and --obs_agent_id need one."""
+    the PPO family on plain runs; --selfplay_pool, --obs_agent_id and --value_input (other than local) need one."""
     if not multi_agent:
         if cfg.obs_agent_id:
             return f"--obs_agent_id: needs a multi-agent env (--env={cfg.env} has one agent)"
+        if cfg.value_input != "local":
+            return f"--value_input={cfg.value_input}: needs a multi-agent env (--env={cfg.env} has one agent)"
         return f"--selfplay_pool={cfg.selfplay_pool}: needs a multi-agent env" if cfg.selfplay_pool > 0 else None
     if cfg.algo != "appo":
         return f"--algo={cfg.algo}: multi-agent envs (--env={cfg.env}) train with --algo=appo"

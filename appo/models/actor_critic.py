@@ -2,8 +2,11 @@
 (optionally the value head reads its own trunk, `--separate_value_trunk`). The encoder is chosen by the observation
 space and `--encoder` (appo/models/encoders.py): an MLP for vectors, a convnet for images (then no normaliser: the
 encoder scales uint8 pixels itself; with the separate trunk the value head gets its own convnet of the same kind),
-a multi-input encoder for Dict spaces, which `act` and `forward` then take as dicts of tensors. Policy workers call
-`act` on one step of many envs; the learner calls the module itself (`forward`) on whole
+a multi-input encoder for Dict spaces, which `act` and `forward` then take as dicts of tensors. A centralised value
+(--value_input=team|state, multi-agent runs: envs/multi_agent/team_value.py) is an MLP of its own over the team input
+that the learner passes beside the observations (`team`); the model then has no value head on the policy's side, so
+acting (policy workers, the numpy twin, exports) computes no value (zeros) and carries only the policy. Policy workers
+call `act` on one step of many envs; the learner calls the module itself (`forward`) on whole
 trajectories, so DDP's hooks and `torch.func.functional_call` see the whole computation. The return
 normaliser lives here too, so weights, normalisers and all travel together (to policy workers through
 appo.protocol.param_sync, to disk through appo.learning.checkpoint).
@@ -22,6 +25,7 @@ from torch import Tensor, nn
 from appo.config.cfg import Cfg
 from appo.config.trunk import value_trunk_errors
 from appo.envs.common.packed_obs import PackedObsSpace
+from appo.envs.multi_agent.team_value import team_space_of
 from appo.models.distributions import Categorical, DiagGaussian
 from appo.models.encoders import build_mlp, encoder_kind, make_encoder, unpack_obs
 from appo.models.normalize import RunningMeanStd
@@ -51,6 +55,7 @@ class ActorCritic(nn.Module):
         super().__init__()
         if errors := value_trunk_errors(cfg):
             raise ValueError(errors[0])
+        self.team_space = team_space_of(obs_space)  # a centralised value's input (None: the value is local)
         self.is_discrete = isinstance(action_space, gym.spaces.Discrete)
         self.use_rnn = cfg.use_rnn
         self.rnn_type = cfg.rnn_type
@@ -98,7 +103,7 @@ class ActorCritic(nn.Module):
         value_size = size
         if cfg.separate_value_trunk:  # (an image or Dict model's trunk is an encoder of the policy's kind)
             value_size = (value_layers[-1] if value_layers else size) if flat else self.encoder.out_size
-        self.value_head = nn.Linear(value_size, 1)
+        self.value_head = nn.Linear(value_size, 1) if self.team_space is None else None
         # Small initial policy outputs keep the first actions near the centre of the action range.
         nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
         nn.init.zeros_(self.policy_head.bias)
@@ -107,6 +112,17 @@ class ActorCritic(nn.Module):
         self.value_encoder: nn.Module | None = None
         if cfg.separate_value_trunk:
             self.value_encoder = make_encoder(cfg, obs_space, value_layers)[0]
+        # The centralised value: its input's normaliser, an MLP as wide as --value_mlp_layers (or the policy's), a
+        # head. Built last, so a local-value model's parameters and seeded draws stay what they were.
+        self.team_normalizer: RunningMeanStd | None = None
+        self.team_encoder: nn.Module | None = None
+        self.team_value_head: nn.Module | None = None
+        if self.team_space is not None:
+            width = int(self.team_space.shape[0])
+            self.team_normalizer = RunningMeanStd((width,)) if cfg.normalize_input else None
+            layers = list(cfg.value_mlp_layers or cfg.encoder_mlp_layers)
+            self.team_encoder, team_size = build_mlp(width, layers, cfg.nonlinearity)
+            self.team_value_head = nn.Linear(team_size, 1)
 
     # --- pieces -----------------------------------------------------------------------------------
     def normalize_obs(self, obs: Tensor) -> Tensor:
@@ -139,6 +155,16 @@ class ActorCritic(nn.Module):
         or else the policy's `features` [..., F] themselves."""
         return features if self.value_encoder is None else self.value_encoder(inputs)
 
+    def team_values(self, team: Tensor | None, shape: tuple[int, ...]) -> Tensor:
+        """The centralised value (normalised units, `shape`) of the team inputs `team` [*shape, width]; zeros where
+        no team input is given (a pass that reads only the policy)."""
+        if team is None:
+            return torch.zeros(shape, device=self.policy_head.weight.device)
+        x = team.float()
+        if self.team_normalizer is not None:
+            x = self.team_normalizer.normalize(x)
+        return self.team_value_head(self.team_encoder(x)).reshape(shape)
+
     def distribution(self, features: Tensor) -> DiagGaussian | Categorical:
         params = self.policy_head(features)
         if self.is_discrete:
@@ -164,7 +190,10 @@ class ActorCritic(nn.Module):
             x, rnn_states = self.core_step(x, rnn_states)
         dist = self.distribution(x)
         actions = dist.mode() if deterministic else dist.sample()
-        values = self.value_head(self._value_features(norm_obs, x)).squeeze(-1)
+        if self.value_head is None:  # a centralised value: the learner computes it
+            values = torch.zeros(actions.shape[0], device=actions.device)
+        else:
+            values = self.value_head(self._value_features(norm_obs, x)).squeeze(-1)
         log_probs = dist.log_prob(actions)
         if self.is_discrete:
             actions = actions.unsqueeze(-1)
@@ -211,17 +240,23 @@ class ActorCritic(nn.Module):
         out, h = torch.gru(x, rnn_states.unsqueeze(0).contiguous(), weights, True, 1, 0.0, self.training, False, True)
         return out, h[0]
 
-    def forward(self, obs: Obs, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> EvalOutput:
+    def forward(
+        self, obs: Obs, actions: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int, team: Tensor | None = None
+    ) -> EvalOutput:
         """Log-probs, entropies and values of T steps of N trajectories under the current weights.
 
         obs [N, T, *obs_shape]; actions [N, T, A] float (Box) or [N, T, 1] int64 (Discrete); rnn_states
-        [N, T, H] and dones [N, T] as in `features`. Returns EvalOutput with [N, T] log-probs, entropies and
+        [N, T, H] and dones [N, T] as in `features`; team [N, T, width]: a centralised value's input. Returns
+        EvalOutput with [N, T] log-probs, entropies and
         normalised values, and the distribution over the N * T steps. Being `forward`, it runs through
         `self(...)`, so DDP's gradient hooks and `torch.func.functional_call` cover it."""
         N, T = dones.shape
         norm_obs = self.encoder_input(obs, 2)
         x = self._core_features(self.encoder(norm_obs), rnn_states, dones, recurrence)
-        values = self.value_head(self._value_features(norm_obs, x)).reshape(N, T)
+        if self.value_head is None:
+            values = self.team_values(team, (N, T))
+        else:
+            values = self.value_head(self._value_features(norm_obs, x)).reshape(N, T)
         x = x.reshape(N * T, -1)
         dist = self.distribution(x)
         flat_actions = actions.reshape(N * T, -1)
@@ -231,10 +266,14 @@ class ActorCritic(nn.Module):
         entropy = dist.entropy().reshape(N, T)
         return EvalOutput(log_probs, entropy, values, dist)
 
-    def values(self, obs: Obs, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
+    def values(
+        self, obs: Obs, rnn_states: Tensor, dones: Tensor, recurrence: int, team: Tensor | None = None
+    ) -> Tensor:
         """Normalised values [N, T] of every step of N trajectories, no actions needed; arguments as in
-        `features`. Callers use this rather than the value head, which may not read the policy's features."""
+        `forward`. Callers use this rather than the value head, which may not read the policy's features."""
         N, T = dones.shape
+        if self.value_head is None:
+            return self.team_values(team, (N, T))
         norm_obs = self.encoder_input(obs, 2)
         if self.value_encoder is not None:
             # The separate trunk reads observations only: no need to run the policy's encoder and core.
@@ -243,6 +282,9 @@ class ActorCritic(nn.Module):
         return self.value_head(x).reshape(N, T)
 
     @torch.no_grad()
-    def value_of(self, obs: Obs, rnn_states: Tensor) -> Tensor:
-        """Values [B] of single observations obs [B, ...] with states [B, H] (the bootstrap step)."""
+    def value_of(self, obs: Obs, rnn_states: Tensor, team: Tensor | None = None) -> Tensor:
+        """Values [B] of single observations obs [B, ...] with states [B, H] and team inputs [B, width] (the
+        bootstrap step)."""
+        if self.value_head is None:
+            return self.team_values(team, (rnn_states.shape[0],))
         return self.act(obs, rnn_states, deterministic=True).values

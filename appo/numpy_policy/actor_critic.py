@@ -102,7 +102,10 @@ class ActorCriticPass(NumpyPass):
         self.value_layers = mlp(state, "value_encoder", d["activation"]) if self.trunk is None else []
         self.separate_value_trunk = bool(self.value_layers) or self.value_trunk is not None
         self.policy_w, self.policy_b = f32(state["policy_head.weight"]).T.copy(), f32(state["policy_head.bias"])
-        self.value_w, self.value_b = f32(state["value_head.weight"])[0].copy(), float(state["value_head.bias"][0])
+        if "value_head.weight" in state:
+            self.value_w, self.value_b = f32(state["value_head.weight"])[0].copy(), float(state["value_head.bias"][0])
+        else:  # a centralised value (--value_input): the learner's alone; acting gives zero values
+            self.value_w, self.value_b = np.zeros(self.policy_w.shape[0], dtype=np.float32), 0.0
         self.is_discrete = "log_std" not in state
         if not self.is_discrete:
             self.log_std = f32(state["log_std"])

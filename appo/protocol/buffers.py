@@ -104,7 +104,8 @@ def trajectory_spec(
 ) -> dict[str, TensorSpec]:
     """The table of every trajectory tensor: name -> (per-slot shape, dtype). A multi-agent run's slots are agents
     and carry `valid`: 1.0 where the slot's agent acted, 0.0 at steps it was out of its game (masked from the
-    losses: appo/sampling/agent_split.py)."""
+    losses: appo/sampling/agent_split.py); with a centralised value (--value_input) they carry `team_obs`, what the
+    value reads at each step (the bootstrap step's last), filled by the actor workers like `obs`."""
     import torch
 
     T = cfg.rollout
@@ -136,6 +137,9 @@ def trajectory_spec(
         )
     if multi_agent:
         engine["valid"] = TensorSpec((T,), torch.float32)
+    team = getattr(obs_space, "team_space", None)  # a centralised value's input (envs/multi_agent/team_value.py)
+    if team is not None:
+        engine["team_obs"] = TensorSpec((T + 1, *team.shape), torch.float32)
     return engine | {name: fillable[name] for name in extra}
 
 

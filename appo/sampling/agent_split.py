@@ -8,7 +8,9 @@ game for its k rows) and what an agent's episode is:
   reported with the agent's return and length), even while the others play on;
 - a row whose agent is out of the game (it left early, or has not joined yet) steps with reward 0, a zero
   observation and `dones` 1 (nothing bootstraps across it) and `valid` 0: the learner trains on none of its steps;
-- a game whose agents are all out is reset within the step; its rows' next observations are the new game's.
+- a game whose agents are all out is reset within the step; its rows' next observations are the new game's;
+- with a centralised value (--value_input) each row's value input (`team_obs`) is written beside its observation,
+  read from the game at that same moment (envs/multi_agent/team_value.py).
 
 With several policies every row draws its own policy when its agent's episode ends (so a population mixes within
 one game); a row whose next policy differs changes at the rollout's end, where its whole game is cut like a time
@@ -59,6 +61,10 @@ class AgentEnvRunner(EnvRunner):
         self.active = np.zeros(self.num_envs, dtype=bool)  # the row's agent acts at the next step
         self.fresh: dict[int, np.ndarray] = {}  # game -> its observations after a reset not yet read by every row
         self.valid = self.buf.get("valid")
+        # A centralised value's input (--value_input: envs/multi_agent/team_value.py), written beside every
+        # observation: `team_now` holds each row's for the game's current observations.
+        self.team_obs = self.buf.get("team_obs")
+        self.team_now: np.ndarray | None = None
         self.opponent = np.full(self.num_envs, FREE, dtype=np.int64)  # a snapshot's weight set acting for the row
         self.step_opponent = self.opponent.copy()  # ... as it was when the current step began
         self.pool_versions = self.control.get("snapshot_versions") if self.control is not None else None
@@ -67,6 +73,8 @@ class AgentEnvRunner(EnvRunner):
 
     def _make_envs(self) -> list[Any]:
         self.games = [self._make_game(g) for g in range(self.num_games)]
+        if self.team_obs is not None:
+            self.team_now = np.zeros((self.num_envs, *self.team_obs.shape[2:]), dtype=np.float32)
         return [AgentRow(game, j) for game in self.games for j in range(self.k)]
 
     def _make_game(self, g: int) -> Any:
@@ -83,7 +91,14 @@ class AgentEnvRunner(EnvRunner):
         self.active[self._rows(g)] = active
         if self.pool_versions is not None:
             self._draw_opponents(g, self.env_policy if policies is None else policies)
-        return _zero_inactive(obs, active).astype(self.obs_dtype)
+        return self._note_team(g, _zero_inactive(obs, active).astype(self.obs_dtype))
+
+    def _note_team(self, g: int, obs: np.ndarray) -> np.ndarray:
+        """Game `g`'s rows now show `obs` (returned): their centralised value's input, where the run has one, is read
+        now (a global state is the env's after this very reset or step)."""
+        if self.team_now is not None:
+            self.team_now[self._rows(g)] = self.games[g].team_input(obs)
+        return obs
 
     def _draw_opponents(self, g: int, policies: np.ndarray) -> None:
         """Whether game `g` is played against the pool, and with which snapshots (see the module docstring). The
@@ -145,6 +160,8 @@ class AgentEnvRunner(EnvRunner):
                 raise  # the env breaks its contract: the run stops with the message, which names the agent
             except Exception as exc:  # a broken env must not take the worker down: rebuild it, cut every agent
                 obs_out[first : first + k, t + 1] = self._recover_env(g * k, exc)
+                if self.team_obs is not None:
+                    self.team_obs[first : first + k, t + 1] = self.team_now[rows]
                 dones[rows] = truncs[rows] = 1.0
                 failed += range(g * k, (g + 1) * k)
                 if self.final_obs is not None:
@@ -164,8 +181,10 @@ class AgentEnvRunner(EnvRunner):
                 obs = self._reset_game(g)
             else:
                 self.active[rows] = after
-                obs = _zero_inactive(obs, after)
+                obs = self._note_team(g, _zero_inactive(obs, after))
             obs_out[first : first + k, t + 1] = obs
+            if self.team_obs is not None:
+                self.team_obs[first : first + k, t + 1] = self.team_now[rows]
         if self.valid is not None:
             self.valid[self.first : self.first + n, t] = self.acted & learning
         return rewards, dones, truncs, {}, failed
@@ -237,6 +256,8 @@ class AgentEnvRunner(EnvRunner):
     def _start_rollout(self) -> list[Any]:
         self.fresh.clear()  # (games cut at the last rollout's end)
         msgs = super()._start_rollout()
+        if self.team_obs is not None and not self.is_parked:
+            self.team_obs[self.first : self.first + self.num_envs, 0] = self.team_now
         if self.slot_policy is not None and not self.is_parked and (self.opponent != FREE).any():
             self.slot_policy[self.first : self.first + self.num_envs] = self._acting(slice(0, self.num_envs))
         return msgs
@@ -251,10 +272,12 @@ class AgentEnvRunner(EnvRunner):
                 acts = np.array([game.action_space.sample() for _ in range(self.k)])
                 obs, _, _, _, after, over, _ = game.step(acts, self.active[rows])
                 self.active[rows] = after
-                self.next_obs[rows] = self._reset_game(g) if over else _zero_inactive(obs, after)
+                self.next_obs[rows] = self._reset_game(g) if over else self._note_team(g, _zero_inactive(obs, after))
         self.ep_returns[:] = 0.0
         self.ep_lengths[:] = 0
         self.buf["obs"][self.first : self.first + self.num_envs, 0] = self.next_obs
+        if self.team_obs is not None:
+            self.team_obs[self.first : self.first + self.num_envs, 0] = self.team_now
 
     def close(self) -> None:
         for game in self.games:

@@ -159,7 +159,9 @@ def policy_parts(
             "env_steps": int(state.get("env_steps", 0) or 0),
         },
     }
-    numpy_state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    # The policy only: a centralised value (--value_input's team_* weights) is the learner's business.
+    state_dict = model.state_dict()
+    numpy_state = {k: v.detach().cpu().numpy() for k, v in state_dict.items() if not k.startswith("team_")}
     return meta, numpy_state, arrays, model
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from appo.envs.common.episode_end import TRUE_OBJECTIVE
 from appo.envs.multi_agent.agent_spaces import AgentEnvError, SharedSpaces
+from appo.envs.multi_agent.team_value import TeamInput, TeamObsSpace
 
 __all__ = ["AgentEnv", "AgentEnvError", "is_parallel_env", "run_game"]
 
@@ -45,11 +46,14 @@ def is_parallel_env(env: Any) -> bool:
 
 class AgentEnv:
     """A Parallel env with a row per possible agent (see the module docstring). `name`: the --env value; `agent_ids`:
-    --obs_agent_id (envs/multi_agent/agent_spaces.py)."""
+    --obs_agent_id (envs/multi_agent/agent_spaces.py); `value_input`: --value_input, what a centralised value reads
+    besides (envs/multi_agent/team_value.py: `team_input` gives it for the rows of the game now)."""
 
     is_multi_agent = True
 
-    def __init__(self, env: Any, name: str = "", max_episode_steps: int = 0, agent_ids: bool = False) -> None:
+    def __init__(
+        self, env: Any, name: str = "", max_episode_steps: int = 0, agent_ids: bool = False, value_input: str = "local"
+    ) -> None:
         self.env, self.name = env, name
         self.max_episode_steps, self.steps = int(max_episode_steps), 0
         self.games_started = 0  # resets so far: which agent a policy plays against a scripted opponent
@@ -63,6 +67,10 @@ class AgentEnv:
         self.spaces = SharedSpaces(obs_spaces, act_spaces, name, agent_ids)
         self.observation_space: gym.Space = self.spaces.observation_space
         self.action_space = self.spaces.action_space
+        self.team: TeamInput | None = None
+        if value_input != "local":
+            self.team = TeamInput(env, self.observation_space, self.num_agents, value_input, name)
+            self.observation_space = TeamObsSpace(self.observation_space, self.team.size, value_input)
         self.obs_shape = self.observation_space.shape
         self.obs_dtype = np.dtype(self.observation_space.dtype or np.float32)
         self.metadata = getattr(env, "metadata", {})
@@ -140,6 +148,12 @@ class AgentEnv:
         rows = self._obs_rows(obs, after)
         after &= self.live() & ~(term | trunc)
         return rows, r, term, trunc, after, not after.any(), infos
+
+    def team_input(self, obs: np.ndarray) -> np.ndarray:
+        """[agents, team width]: what a centralised value reads for each row, given the game's observation rows now
+        (right after a reset or a step: a global state is read from the env)."""
+        assert self.team is not None, "team_input: the env was built with --value_input=local"
+        return self.team.rows(obs)
 
     def objectives(self, infos: dict[str, dict]) -> np.ndarray:
         """Each row's true objective in the infos of a step (info[TRUE_OBJECTIVE] of its agent), NaN where absent."""

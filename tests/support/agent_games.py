@@ -9,11 +9,12 @@ game number], its reward `action + step / 4 + agent number` (exact in float32). 
 the game is built with and on its game number, so games of one split end at different steps and the game lengths
 change from game to game.
 
-`BrokenGame` breaks the contract at step `at_step` on demand: "missing" leaves live agent "b" out of the rewards,
-terminations and truncations; "nan" gives "b" a NaN reward; "spaces" gives "c" another observation space from then
-on; "raise" raises a RuntimeError (an env that crashes, not one that breaks the contract). `UnequalSpacesGame`
-gives "c" more actions than the others from the start. The factories below build broken games for --env
-(`missing_agent_game`, `nan_reward_game`, `changing_spaces_game`)."""
+`StateGame` adds PettingZoo's global state (`state()`, `state_space`). `BrokenGame` breaks the contract at step
+`at_step` on demand: "missing" leaves live agent "b" out of the rewards, terminations and truncations; "nan" gives
+"b" a NaN reward; "spaces" gives "c" another observation space from then on; "raise" raises a RuntimeError (an env
+that crashes, not one that breaks the contract). `UnequalSpacesGame` gives "c" more actions than the others from the
+start. The factories below build broken games for --env (`missing_agent_game`, `nan_reward_game`,
+`changing_spaces_game`)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,17 @@ class LeaveJoinGame:
 
     def close(self) -> None:
         pass
+
+
+class StateGame(LeaveJoinGame):
+    """LeaveJoinGame with PettingZoo's global state: [step, game number, agents in the game, game index, each
+    agent's last action] (7 values), what --value_input=state reads."""
+
+    state_space = spaces.Box(-1000.0, 1000.0, (7,), np.float32)
+
+    def state(self) -> np.ndarray:
+        last = [self.last[a] for a in AGENTS]
+        return np.array([self.steps, self.games, len(self.agents), self.index, *last], dtype=np.float32)
 
 
 class BrokenGame(LeaveJoinGame):

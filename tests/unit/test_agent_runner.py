@@ -25,7 +25,9 @@ K = len(AGENTS)
 ROW = {agent: j for j, agent in enumerate(AGENTS)}
 
 
-def runner_for(make_game, num_policies: int = 1, rollout: int = 4, worker_idx: int = 1, games: int = 2):
+def runner_for(
+    make_game, num_policies: int = 1, rollout: int = 4, worker_idx: int = 1, games: int = 2, value_input: str = "local"
+):
     """The one split of actor worker `worker_idx` (of two) over `games` games of 3 agents, its buffers and control."""
     cfg = Cfg(
         env="leave_join",
@@ -37,14 +39,14 @@ def runner_for(make_game, num_policies: int = 1, rollout: int = 4, worker_idx: i
         num_policies=num_policies,
     )
     d = derive(cfg, agents_per_env=K, multi_agent=True)
-    space = AgentEnv(make_game(0), "leave_join")
+    space = AgentEnv(make_game(0), "leave_join", value_input=value_input)
     views = numpy_views(allocate_trajectories(cfg, d, space.observation_space, space.action_space))
     control = numpy_views(allocate_control(cfg, d))
     built: list[int] = []
 
     def env_fn(index: int) -> AgentEnv:
         built.append(index)
-        return AgentEnv(make_game(index), "leave_join")
+        return AgentEnv(make_game(index), "leave_join", value_input=value_input)
 
     runner = AgentEnvRunner(cfg, d, worker_idx, 0, views, env_fn, control, agents_per_env=K)
     return cfg, d, views, runner, built
@@ -53,8 +55,8 @@ def runner_for(make_game, num_policies: int = 1, rollout: int = 4, worker_idx: i
 class ReferenceGame:
     """One game stepped through its own API: what its rows must read (agent_split.py's module docstring)."""
 
-    def __init__(self, index: int) -> None:
-        self.env = LeaveJoinGame(index)
+    def __init__(self, index: int, game: type = LeaveJoinGame) -> None:
+        self.env = game(index)
         self.returns, self.lengths = np.zeros(K), np.zeros(K, dtype=np.int64)
         self.resets = 0
         self.obs = self._rows(self.env.reset()[0])

@@ -224,8 +224,14 @@ def test_value_trunk_widths():
 def test_value_trunk_flags_are_verified():
     assert verify(Cfg(separate_value_trunk=True, value_mlp_layers=[256, 256])) == []
     assert verify(Cfg(value_mlp_layers=[256, 256])) == [
-        "--value_mlp_layers 256 256: sizes the separate value trunk; add --separate_value_trunk"
+        "--value_mlp_layers 256 256: sizes the separate value trunk; add --separate_value_trunk (or a --value_input "
+        "other than local)"
     ]
+    assert verify(Cfg(value_input="team", value_mlp_layers=[64, 64])) == []
+    assert verify(Cfg(value_input="state", separate_value_trunk=True)) == [
+        "--separate_value_trunk: --value_input=state already gives the value a trunk of its own"
+    ]
+    assert verify(Cfg(value_input="global")) == ["--value_input=global: must be one of local, team, state"]
     assert verify(Cfg(separate_value_trunk=True, value_mlp_layers=[64, 0])) == [
         "--value_mlp_layers 64 0: every hidden size must be > 0"
     ]

@@ -75,6 +75,8 @@ class PPO(Algorithm):
         steps = b["valid"] > 0 if "valid" in b else None  # [N, T]: steps of agents in the game, learners' only
         if model.obs_normalizer is not None:
             self.ranks.update_normalizer(model.obs_normalizer, _only(model.normalizer_input(b["obs"][:, :T]), steps))
+        central = "team_obs" in b  # a centralised value (--value_input): the actors computed no values
+        b = self._central_value_batch(b, steps)
         is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
         adv_all = ret_all = None
         # One minibatch of whole trajectories per epoch: the first loss pass sees the whole batch under the weights
@@ -82,8 +84,9 @@ class PPO(Algorithm):
         # own; Sample Factory's Doom and Atari settings (one epoch of one minibatch) then cost one forward pass.
         fused = not (cfg.with_vtrace or is_per_step) and self.derived.minibatches_per_epoch == 1
         fused = fused and cfg.kl_loss_coeff <= 0
-        values, old_dist = self._before_updates(b, not (cfg.with_vtrace or fused), cfg.kl_loss_coeff > 0)
-        if values is not None:
+        gae_pass = not (cfg.with_vtrace or fused)
+        values, old_dist = self._before_updates(b, gae_pass or (central and not fused), cfg.kl_loss_coeff > 0)
+        if gae_pass:
             # GAE: targets once per iteration, from the weights before this iteration's updates.
             adv_all, ret_all = self._targets(b, values, None)
             if model.returns_normalizer is not None:
@@ -130,6 +133,17 @@ class PPO(Algorithm):
         if probe is not None:
             stats |= read_diagnostics(self.ranks.sum_stats(diagnostics))
         return stats | self._std_bounds()
+
+    def _central_value_batch(self, b: dict[str, Tensor], steps: Tensor | None) -> dict[str, Tensor]:
+        """A centralised value's batch: its input's normaliser learns the batch's team inputs (the steps that train),
+        and `values` is a copy for the learner's own old values (the actors' are zeros), filled before the updates.
+        Another batch comes back as it is."""
+        if "team_obs" not in b:
+            return b
+        T = b["rewards"].shape[1]
+        if self.model.team_normalizer is not None:
+            self.ranks.update_normalizer(self.model.team_normalizer, _only(b["team_obs"][:, :T], steps))
+        return {**b, "values": b["values"].clone()}
 
     def _std_bounds(self) -> dict[str, float]:
         """--std_floor's and --std_ceiling_final's clamp of a Gaussian policy's log-std, and the std after it."""
@@ -196,19 +210,25 @@ class PPO(Algorithm):
         """What the iteration reads of the weights before its updates, from one no-grad pass over the batch: with
         `values`, the normalised values [N, T + 1] of every trajectory (GAE's; the bootstrap step's last); with
         `dist`, the policy's distribution over the N * T steps, frozen (--kl_loss_coeff's: the behaviour policy
-        itself in a synchronous run). None for what was not asked."""
+        itself in a synchronous run). None for what was not asked. A centralised value's values become the batch's
+        old `values` (a copy: `_central_value_batch`)."""
         N, T = b["rewards"].shape
         if N == 0:  # a rank whose trajectories were all too old
             return (b["rewards"].new_zeros(0, T + 1) if values else None), None
         obs, rnn, dones, recurrence = b["obs"][:, :T], b["rnn_states"][:, :T], b["dones"], self.derived.recurrence
+        team = b.get("team_obs")
+        steps_team = team[:, :T] if team is not None else None
         if dist:
-            out = self.model(obs, b["actions"], rnn, dones, recurrence)
+            out = self.model(obs, b["actions"], rnn, dones, recurrence, team=steps_team)
             step_values, frozen = out.values, out.dist.frozen()
         else:
-            step_values, frozen = (self.model.values(obs, rnn, dones, recurrence) if values else None), None
+            step_values = self.model.values(obs, rnn, dones, recurrence, team=steps_team) if values else None
+            frozen = None
         if not values:
             return None, frozen
-        boot = self.model.value_of(b["obs"][:, T], b["rnn_states"][:, T])
+        boot = self.model.value_of(b["obs"][:, T], b["rnn_states"][:, T], team=team[:, T] if team is not None else None)
+        if team is not None:  # the clipped value loss's old values: the learner's own, before its updates
+            b["values"][:] = step_values
         return torch.cat([step_values, boot.unsqueeze(1)], dim=1), frozen
 
     # --- losses -------------------------------------------------------------------------------------
@@ -309,7 +329,8 @@ class PPO(Algorithm):
         T = b["rewards"].shape[1]
         n, t = idx // T, idx % T
         step = lambda key: b[key][n, t].unsqueeze(1)  # noqa: E731 - [n, 1, ...]: trajectories of one step
-        out = self.train_model(step("obs"), step("actions"), step("rnn_states"), step("dones"), 1)
+        team = step("team_obs") if "team_obs" in b else None
+        out = self.train_model(step("obs"), step("actions"), step("rnn_states"), step("dones"), 1, team=team)
         return self._loss(
             out.log_probs[:, 0],
             b["log_probs"][n, t],
@@ -344,12 +365,22 @@ class PPO(Algorithm):
         if part.n == 0:
             b, idx, adv_all, ret_all = _stand_in(b, adv_all, ret_all)
         obs, rnn = b["obs"][idx], b["rnn_states"][idx]
-        out = self.train_model(obs[:, :T], b["actions"][idx], rnn[:, :T], b["dones"][idx], self.derived.recurrence)
+        team = b["team_obs"][idx] if "team_obs" in b else None
+        out = self.train_model(
+            obs[:, :T],
+            b["actions"][idx],
+            rnn[:, :T],
+            b["dones"][idx],
+            self.derived.recurrence,
+            team=team[:, :T] if team is not None else None,
+        )
         old_log_probs = b["log_probs"][idx]
+        if gae and team is not None:  # a centralised value's old values: this first pass's (see update)
+            b["values"][idx] = out.values.detach()
         if adv_all is None:
             sub = {k: b[k][idx] for k in ("rewards", "dones", "truncated")}
             with torch.no_grad():
-                boot = self.model.value_of(obs[:, T], rnn[:, T])
+                boot = self.model.value_of(obs[:, T], rnn[:, T], team=team[:, T] if team is not None else None)
             values_n = torch.cat([out.values.detach(), boot.unsqueeze(1)], dim=1)
             adv, targets = self._targets(sub, values_n, None if gae else out.log_probs.detach() - old_log_probs)
             if self.model.returns_normalizer is not None:
