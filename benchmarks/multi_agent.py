@@ -3,7 +3,9 @@ cooperative learning on mpe2's simple_spread_v3 against a scripted policy.
 
     python benchmarks/multi_agent.py throughput [--repeats 3] [--seconds 40] [--warmup 15] [extra train_appo flags]
     python benchmarks/multi_agent.py selfplay [--seeds 0 1 2] [--minutes 25] [--games 200] [extra train_appo flags]
-    python benchmarks/multi_agent.py spread [--seeds 0 1 2] [--steps 20000000] [--games 200] [extra train_appo flags]
+    python benchmarks/multi_agent.py spread [--seeds 0 1 2] [--steps 60000000] [--games 200] [--value_input team]
+                                            [extra train_appo flags]
+    python benchmarks/multi_agent.py value_throughput [--repeats 3] [--seconds 40] [--warmup 15]
 
 throughput: training agent steps per second (perf/fps: every row of the trajectory tensors is an agent) of
 paddle_duel's two agents (one game step moves both) against its single-agent twin, PaddleDuelVsScripted (the same
@@ -17,10 +19,16 @@ against its pool (selfplay/pool_win_rate, selfplay/pool_draw_rate) early and lat
 runs stay under --out for enjoy.py.
 
 spread: for each seed, train one policy shared by simple_spread_v3's three agents (each on its own observation;
-rewards as mpe2 gives them: local_ratio 0.5, 25 steps) for `--steps` agent steps, then play `--games` games with
-deterministic actions and report the mean return per agent, beside the scripted policy `spread_scripted` on the
-same reset seeds: each agent heads for its own landmark, landmarks given out greedily by distance (the nearest
-agent-landmark pair first, as every agent computes from its own observation), with a damped bang-bang controller.
+rewards as mpe2 gives them: local_ratio 0.5, 25 steps) with the env's preset (MAPPO's recipe: envs/multi_agent/
+family.py) and the value `--value_input` names (team: MAPPO's; local: each agent's own, the independent-value run)
+for `--steps` agent steps, then play `--games` games with deterministic actions and report the mean return per
+agent, beside the scripted policy `spread_scripted` on the same reset seeds: each agent heads for its own landmark,
+landmarks given out greedily by distance (the nearest agent-landmark pair first, as every agent computes from its
+own observation), with a damped bang-bang controller. The training return (the last tenth of the run's summaries)
+and both figures are also given on MAPPO's scale (appo/tools/reward_scales.py); the curves stay in the runs.
+
+value_throughput: training agent steps per second of simple_spread_v3 with its preset, with a team value against
+local values (the same run otherwise), runs alternating, medians of `--repeats`.
 """
 
 from __future__ import annotations
@@ -62,20 +70,6 @@ SELFPLAY_FLAGS = [
 
 
 SPREAD = "mpe2.simple_spread_v3:parallel_env"
-# simple_spread settings: a game per env row group, rollouts of one whole 25-step episode, a learning rate and entropy
-# bonus as MAPPO's MPE runs (Yu et al. 2021), four epochs over two minibatches of 2,400 steps (96 rows x 25 each).
-SPREAD_FLAGS = [
-    "--num_workers=2",
-    "--num_envs_per_worker=16",
-    "--rollout=25",
-    "--batch_size=2400",
-    "--num_epochs=4",
-    "--num_batches_per_epoch=2",
-    "--learning_rate=7e-4",
-    "--exploration_loss_coeff=0.01",
-    "--with_vtrace=False",  # GAE and a clip of 0.2, as MAPPO's MPE settings
-    "--ppo_clip_ratio=0.2",
-]
 SPREAD_EVAL_SEED = 100_000
 SPREAD_GAIN = 0.2  # the controller's velocity damping, the best of 0.15-0.4 on 50 games (seeds 1000-1049)
 
@@ -118,6 +112,19 @@ def throughput(args: argparse.Namespace, extra: list[str]) -> None:
     print(f"ratio (2 agents / single agent, per agent step): {multi / single:.2f}")
 
 
+def value_throughput(args: argparse.Namespace, extra: list[str]) -> None:
+    rates: dict[str, list[float]] = {"team": [], "local": []}
+    for _ in range(args.repeats):
+        for value_input, values in rates.items():
+            values.append(appo_fps(SPREAD, args.seconds, args.warmup, [f"--value_input={value_input}", *extra], False))
+    print("| simple_spread_v3, its preset | training agent steps/s, median (min-max) |")
+    print("|---|---|")
+    for name, values in rates.items():
+        print(f"| --value_input={name} | {statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f}) |")
+    team, local = (statistics.median(v) for v in rates.values())
+    print(f"ratio (team / local): {team / local:.2f}")
+
+
 def early_and_late(run: Path, tag: str) -> tuple[float, float]:
     """Policy 0's `tag` averaged over the run's first and last tenth of summaries (NaN where it has none)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -158,14 +165,15 @@ def selfplay(args: argparse.Namespace, extra: list[str]) -> None:
 def spread(args: argparse.Namespace, extra: list[str]) -> None:
     import appo
     from appo.envs.multi_agent.multi_agent import run_game
+    from appo.tools.reward_scales import mappo_spread_score
 
     out = args.out or Path(tempfile.mkdtemp(prefix="appo_spread_"))
     rows = []
     scripted = None
     for seed in args.seeds:
-        name = f"simple_spread_s{seed}"
+        name = f"simple_spread_{args.value_input}_s{seed}"
         cmd = [sys.executable, "train_appo.py", f"--env={SPREAD}", f"--experiment={name}", f"--train_dir={out}"]
-        cmd += [f"--seed={seed}", f"--train_for_env_steps={args.steps}", *SPREAD_FLAGS, *extra]
+        cmd += [f"--seed={seed}", f"--train_for_env_steps={args.steps}", f"--value_input={args.value_input}", *extra]
         started = time.monotonic()
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         minutes = (time.monotonic() - started) / 60
@@ -176,15 +184,24 @@ def spread(args: argparse.Namespace, extra: list[str]) -> None:
             act = lambda obs, _reset: np.array([[spread_scripted(o)] for o in obs])  # noqa: E731
             scripted = statistics.mean(run_game(env, act, SPREAD_EVAL_SEED + i)[0] for i in range(args.games))
         env.close()
-        rows.append((seed, learned, minutes))
+        training = early_and_late(out / name, "episode/return_mean")[1]
+        rows.append((seed, training, learned, minutes))
         print(f"seed {seed}: {learned:.2f} per agent (scripted {scripted:.2f}), {minutes:.1f} min", flush=True)
-    print(f"\nruns: {out}\n")
-    print(f"| seed | mean return per agent, {args.games} games | scripted, same games | training minutes |")
-    print("|---|---|---|---|")
-    for seed, learned, minutes in rows:
-        print(f"| {seed} | {learned:.2f} | {scripted:.2f} | {minutes:.1f} |")
+    print(f"\nruns: {out} (--value_input={args.value_input})\n")
     print(
-        f"median: {statistics.median(r[1] for r in rows):.2f} against the scripted {scripted:.2f} ({args.steps} steps)"
+        f"| seed | training return per agent (MAPPO's scale) | {args.games} games, deterministic (MAPPO's scale) "
+        "| scripted, same games | training minutes |"
+    )
+    print("|---|---|---|---|---|")
+    for seed, training, learned, minutes in rows:
+        print(
+            f"| {seed} | {training:.2f} ({mappo_spread_score(training):.0f}) | {learned:.2f} "
+            f"({mappo_spread_score(learned):.0f}) | {scripted:.2f} | {minutes:.1f} |"
+        )
+    median = statistics.median(r[1] for r in rows)
+    print(
+        f"median training return: {median:.2f} per agent ({mappo_spread_score(median):.0f} on MAPPO's scale, which "
+        f"converges near -120); scripted {scripted:.2f} ({args.steps} agent steps)"
     )
 
 
@@ -202,11 +219,17 @@ def main() -> int:
     sp.add_argument("--out", type=Path, default=None)
     ss = sub.add_parser("spread")
     ss.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ss.add_argument("--steps", type=int, default=20_000_000)
+    ss.add_argument("--steps", type=int, default=60_000_000)  # MAPPO's 20M env steps
     ss.add_argument("--games", type=int, default=200)
+    ss.add_argument("--value_input", choices=["team", "local"], default="team")
     ss.add_argument("--out", type=Path, default=None)
+    vt = sub.add_parser("value_throughput")
+    vt.add_argument("--repeats", type=int, default=3)
+    vt.add_argument("--seconds", type=float, default=40.0)
+    vt.add_argument("--warmup", type=float, default=15.0)
     args, extra = parser.parse_known_args()
-    {"throughput": throughput, "selfplay": selfplay, "spread": spread}[args.what](args, extra)
+    modes = {"throughput": throughput, "selfplay": selfplay, "spread": spread, "value_throughput": value_throughput}
+    modes[args.what](args, extra)
     return 0
 
 

@@ -29,7 +29,8 @@ class MultiAgentCfg:
     value_input: str = _f(
         "local",
         "multi-agent envs, what the value function reads: local (the agent's own observation, through the policy's "
-        "trunk), team (every agent's observation in possible_agents' order, then the agent's one-hot: MAPPO's "
-        "centralised value) or state (the env's global state(), then the agent's one-hot); the policy reads only its "
+        "trunk), team (every agent's observation in possible_agents' order, then the agent's one-hot and the game's "
+        "clock: MAPPO's centralised value) or state (the env's global state(), then the one-hot and clock); the "
+        "policy reads only its "
         "own observation either way",
     )

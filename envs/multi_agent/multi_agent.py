@@ -151,9 +151,9 @@ class AgentEnv:
 
     def team_input(self, obs: np.ndarray) -> np.ndarray:
         """[agents, team width]: what a centralised value reads for each row, given the game's observation rows now
-        (right after a reset or a step: a global state is read from the env)."""
+        (right after a reset or a step: a global state and the game's clock are read from the env)."""
         assert self.team is not None, "team_input: the env was built with --value_input=local"
-        return self.team.rows(obs)
+        return self.team.rows(obs, self.steps)
 
     def objectives(self, infos: dict[str, dict]) -> np.ndarray:
         """Each row's true objective in the infos of a step (info[TRUE_OBJECTIVE] of its agent), NaN where absent."""

@@ -4,10 +4,13 @@ MAPPO (Yu et al. 2021) trains one shared policy on each agent's own observation 
 the value input of row i of a game is
 
 - `team`: every row's observation of the game (flattened, in possible_agents' order, zeros for an agent out of the
-  game, padded as the rows are: envs/multi_agent/agent_spaces.py), then the one-hot of row i;
-- `state`: the env's global state (PettingZoo's `state()`, flattened), then the one-hot of row i.
+  game, padded as the rows are: envs/multi_agent/agent_spaces.py), then the one-hot of row i, then the game's clock;
+- `state`: the env's global state (PettingZoo's `state()`, flattened), then the one-hot of row i and the clock.
 
-The one-hot makes each row's value its own (two agents of one team can be worth different amounts in one state).
+The one-hot makes each row's value its own (two agents of one team can be worth different amounts in one state). The
+clock (the game's steps since its reset) is there because the value has no memory: in games of a fixed length whose
+observations carry no time (mpe2's, 25 steps) the value of a state depends on the steps left, which a recurrent
+policy tracks in its state but a feed-forward value cannot see (MAPPO's value is recurrent for the same reason).
 The rows of one game then share everything but the one-hot, whichever policy (a population's member, a self-play
 pool's snapshot) plays each of them. The input travels with the row's observation space (`TeamObsSpace`), so every
 process that builds a model from the run's spaces builds the same value trunk, and the trajectory tensors get a
@@ -70,14 +73,16 @@ class TeamInput:
             )
         else:
             width = k * int(obs_space.shape[0])
-        self.size = width + k
+        self.size = width + k + 1
         self.one_hot = np.eye(k, dtype=np.float32)
 
-    def rows(self, obs: np.ndarray) -> np.ndarray:
+    def rows(self, obs: np.ndarray, clock: int) -> np.ndarray:
         """[k, size]: the value input of each row, from the game's current observation rows `obs` [k, D] (an absent
-        agent's row zero) or, for `state`, the env's state now (call right after the reset or step)."""
+        agent's row zero) or, for `state`, the env's state now (call right after the reset or step), and `clock`,
+        the game's steps since its reset."""
         if self.kind == "state":
             shared = np.asarray(self.env.state(), dtype=np.float32).reshape(-1)
         else:
             shared = np.asarray(obs, dtype=np.float32).reshape(-1)
-        return np.concatenate([np.broadcast_to(shared, (self.k, shared.size)), self.one_hot], axis=1)
+        time = np.full((self.k, 1), clock, dtype=np.float32)
+        return np.concatenate([np.broadcast_to(shared, (self.k, shared.size)), self.one_hot, time], axis=1)

@@ -142,7 +142,7 @@ def recurrent_gae_update(kl_loss_coeff: float) -> tuple[dict[str, torch.Tensor],
         b["log_probs"] = model(b["obs"][:, :T], b["actions"], b["rnn_states"][:, :T], b["dones"], T).log_probs + 0.05
     passes = []
     forward = model.forward
-    model.forward = lambda obs, *args: passes.append(obs.shape[0]) or forward(obs, *args)  # type: ignore[method-assign]
+    model.forward = lambda obs, *args, **kw: passes.append(obs.shape[0]) or forward(obs, *args, **kw)  # type: ignore[method-assign]
     stats = ppo.update(b, 0)
     return {name: p.detach().clone() for name, p in model.named_parameters()}, stats, passes.count(N)
 

@@ -26,11 +26,12 @@ SPREAD = "mpe2.simple_spread_v3:parallel_env"
 
 def expected_team(refs: list[ReferenceGame], value_input: str) -> np.ndarray:
     """Every row's value input, from games stepped through their own API: all of the game's observation rows (zeros
-    for agents out of it) or its global state, then the row's one-hot."""
+    for agents out of it) or its global state, then the row's one-hot and the game's steps since its reset."""
     rows = []
     for ref in refs:
         shared = ref.obs.reshape(-1) if value_input == "team" else ref.env.state()
-        rows.append(np.concatenate([np.tile(shared, (K, 1)), np.eye(K, dtype=np.float32)], axis=1))
+        clock = np.full((K, 1), ref.env.steps, dtype=np.float32)
+        rows.append(np.concatenate([np.tile(shared, (K, 1)), np.eye(K, dtype=np.float32), clock], axis=1))
     return np.concatenate(rows)
 
 
@@ -38,7 +39,7 @@ def expected_team(refs: list[ReferenceGame], value_input: str) -> np.ndarray:
 def test_every_rows_value_input_follows_its_game_step_by_step(value_input: str) -> None:
     cfg, d, views, runner, built = runner_for(StateGame, rollout=4, worker_idx=1, value_input=value_input)
     n, T = d.envs_per_split, cfg.rollout
-    width = 4 * K + K if value_input == "team" else 7 + K
+    width = (4 * K if value_input == "team" else 7) + K + 1
     assert views["team_obs"].shape[1:] == (T + 1, width)
     (request,) = runner.init(seed=0)
     refs = [ReferenceGame(index, StateGame) for index in built]
@@ -71,10 +72,13 @@ def test_the_team_input_is_the_spread_agents_observations_in_order_or_the_envs_s
     state = make_env(SPREAD, value_input="state")
     obs, _ = team.reset(seed=5)
     state.reset(seed=5)
-    assert team.observation_space.team_space.shape == (3 * 18 + 3,)
+    assert team.observation_space.team_space.shape == (3 * 18 + 3 + 1,)
     rows = team.team_input(obs)
     np.testing.assert_array_equal(rows[:, :54], np.tile(obs.reshape(-1), (3, 1)))
-    np.testing.assert_array_equal(rows[:, 54:], np.eye(3))
+    np.testing.assert_array_equal(rows[:, 54:57], np.eye(3))
+    assert (rows[:, 57] == 0).all()  # the game's clock, at its start
+    team.step(np.zeros((3, 1), dtype=np.int64), np.ones(3, dtype=bool))
+    assert (team.team_input(obs)[:, 57] == 1).all()
     # mpe2's global state is every agent's observation, concatenated: both inputs agree here.
     np.testing.assert_allclose(state.team_input(obs), rows, atol=1e-6)
     for env in (team, state):
@@ -88,7 +92,7 @@ def test_the_value_reads_the_team_input_and_acting_reads_only_the_policy() -> No
     assert model.value_head is None and model.team_encoder is not None
     N, T = 2, 5
     obs = torch.randn(N, T, 18)
-    team = torch.randn(N, T, 57)
+    team = torch.randn(N, T, 58)
     actions = torch.zeros(N, T, 1, dtype=torch.int64)
     rnn, dones = torch.zeros(N, T, 16), torch.zeros(N, T)
     out = model(obs, actions, rnn, dones, T, team=team)
@@ -100,14 +104,14 @@ def test_the_value_reads_the_team_input_and_acting_reads_only_the_policy() -> No
     acted = model.act(obs[:, 0], rnn[:, 0])  # acting has no team input: zero values, the same actions' law
     assert torch.equal(acted.values, torch.zeros(N))
     spec = trajectory_spec(Cfg(rollout=T), env.observation_space, env.action_space, multi_agent=True)
-    assert spec["team_obs"].shape == (T + 1, 57)
+    assert spec["team_obs"].shape == (T + 1, 58)
     env.close()
 
 
 def test_a_value_input_the_env_cannot_give_is_one_line() -> None:
     with pytest.raises(AgentEnvError, match=r"^--value_input=state: --env=leave_join has no global state .*team"):
         AgentEnv(LeaveJoinGame(0), "leave_join", value_input="state")
-    assert AgentEnv(StateGame(0), "state_game", value_input="state").observation_space.team_space.shape == (10,)
+    assert AgentEnv(StateGame(0), "state_game", value_input="state").observation_space.team_space.shape == (11,)
     problem = multi_agent_problem(Cfg(env="CartPole-v1", value_input="team"), multi_agent=False)
     assert problem == "--value_input=team: needs a multi-agent env (--env=CartPole-v1 has one agent)"
     dict_obs = gym.spaces.Dict({"a": gym.spaces.Box(0, 1, (2,), np.float32)})

@@ -26,6 +26,7 @@ from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
 from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_bounds
 from appo.algorithms.common.returns import batch_targets
+from appo.algorithms.ppo.batch_passes import before_updates, central_value_batch, only_steps
 from appo.algorithms.ppo.diagnostics import after_probe, kl_sums, read_diagnostics, value_moments
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
@@ -74,9 +75,11 @@ class PPO(Algorithm):
         lr = self._set_learning_rate(env_steps)
         steps = b["valid"] > 0 if "valid" in b else None  # [N, T]: steps of agents in the game, learners' only
         if model.obs_normalizer is not None:
-            self.ranks.update_normalizer(model.obs_normalizer, _only(model.normalizer_input(b["obs"][:, :T]), steps))
+            self.ranks.update_normalizer(
+                model.obs_normalizer, only_steps(model.normalizer_input(b["obs"][:, :T]), steps)
+            )
         central = "team_obs" in b  # a centralised value (--value_input): the actors computed no values
-        b = self._central_value_batch(b, steps)
+        b = central_value_batch(self.model, self.ranks, b, steps)
         is_per_step = not (cfg.with_vtrace or cfg.use_rnn)
         adv_all = ret_all = None
         # One minibatch of whole trajectories per epoch: the first loss pass sees the whole batch under the weights
@@ -85,12 +88,14 @@ class PPO(Algorithm):
         fused = not (cfg.with_vtrace or is_per_step) and self.derived.minibatches_per_epoch == 1
         fused = fused and cfg.kl_loss_coeff <= 0
         gae_pass = not (cfg.with_vtrace or fused)
-        values, old_dist = self._before_updates(b, gae_pass or (central and not fused), cfg.kl_loss_coeff > 0)
+        values, old_dist = before_updates(
+            self.model, b, self.derived.recurrence, gae_pass or (central and not fused), cfg.kl_loss_coeff > 0
+        )
         if gae_pass:
             # GAE: targets once per iteration, from the weights before this iteration's updates.
             adv_all, ret_all = self._targets(b, values, None)
             if model.returns_normalizer is not None:
-                self.ranks.update_normalizer(model.returns_normalizer, _only(ret_all, steps))
+                self.ranks.update_normalizer(model.returns_normalizer, only_steps(ret_all, steps))
         sums: dict[str, float] = {}
         count = 0
         probe: Tensor | None = None  # the first minibatch: where the KL is read before and after the update
@@ -133,17 +138,6 @@ class PPO(Algorithm):
         if probe is not None:
             stats |= read_diagnostics(self.ranks.sum_stats(diagnostics))
         return stats | self._std_bounds()
-
-    def _central_value_batch(self, b: dict[str, Tensor], steps: Tensor | None) -> dict[str, Tensor]:
-        """A centralised value's batch: its input's normaliser learns the batch's team inputs (the steps that train),
-        and `values` is a copy for the learner's own old values (the actors' are zeros), filled before the updates.
-        Another batch comes back as it is."""
-        if "team_obs" not in b:
-            return b
-        T = b["rewards"].shape[1]
-        if self.model.team_normalizer is not None:
-            self.ranks.update_normalizer(self.model.team_normalizer, _only(b["team_obs"][:, :T], steps))
-        return {**b, "values": b["values"].clone()}
 
     def _std_bounds(self) -> dict[str, float]:
         """--std_floor's and --std_ceiling_final's clamp of a Gaussian policy's log-std, and the std after it."""
@@ -204,32 +198,6 @@ class PPO(Algorithm):
     def _targets(self, b: dict[str, Tensor], values_n: Tensor, log_rhos: Tensor | None) -> tuple[Tensor, Tensor]:
         """Advantages and value targets [N, T] (raw reward units) from normalised values_n [N, T + 1]."""
         return batch_targets(self.cfg, self.model.returns_normalizer, b, values_n, log_rhos)
-
-    @torch.no_grad()
-    def _before_updates(self, b: dict[str, Tensor], values: bool, dist: bool) -> tuple[Tensor | None, Any]:
-        """What the iteration reads of the weights before its updates, from one no-grad pass over the batch: with
-        `values`, the normalised values [N, T + 1] of every trajectory (GAE's; the bootstrap step's last); with
-        `dist`, the policy's distribution over the N * T steps, frozen (--kl_loss_coeff's: the behaviour policy
-        itself in a synchronous run). None for what was not asked. A centralised value's values become the batch's
-        old `values` (a copy: `_central_value_batch`)."""
-        N, T = b["rewards"].shape
-        if N == 0:  # a rank whose trajectories were all too old
-            return (b["rewards"].new_zeros(0, T + 1) if values else None), None
-        obs, rnn, dones, recurrence = b["obs"][:, :T], b["rnn_states"][:, :T], b["dones"], self.derived.recurrence
-        team = b.get("team_obs")
-        steps_team = team[:, :T] if team is not None else None
-        if dist:
-            out = self.model(obs, b["actions"], rnn, dones, recurrence, team=steps_team)
-            step_values, frozen = out.values, out.dist.frozen()
-        else:
-            step_values = self.model.values(obs, rnn, dones, recurrence, team=steps_team) if values else None
-            frozen = None
-        if not values:
-            return None, frozen
-        boot = self.model.value_of(b["obs"][:, T], b["rnn_states"][:, T], team=team[:, T] if team is not None else None)
-        if team is not None:  # the clipped value loss's old values: the learner's own, before its updates
-            b["values"][:] = step_values
-        return torch.cat([step_values, boot.unsqueeze(1)], dim=1), frozen
 
     # --- losses -------------------------------------------------------------------------------------
     def _loss(
@@ -385,7 +353,7 @@ class PPO(Algorithm):
             adv, targets = self._targets(sub, values_n, None if gae else out.log_probs.detach() - old_log_probs)
             if self.model.returns_normalizer is not None:
                 steps = b["valid"][idx] > 0 if "valid" in b else None
-                mine = _only(targets, steps) if part.n else targets[:0]
+                mine = only_steps(targets, steps) if part.n else targets[:0]
                 self.ranks.update_normalizer(self.model.returns_normalizer, mine)
         else:
             adv, targets = adv_all[idx], ret_all[idx]
@@ -416,9 +384,3 @@ def _kept(x: Tensor, keep: Tensor | None) -> Tensor:
 def _mean(dist: Any) -> Tensor | None:
     """The Gaussian means [n, A] of a distribution over n steps; None for a categorical one."""
     return getattr(dist, "mean", None)
-
-
-def _only(x: Tensor, steps: Tensor | None) -> Tensor:
-    """The [N, T, ...] values of the steps a normaliser learns from (`steps` [N, T] bool; None: all of them):
-    not the zero observations of agents out of a game, nor the steps of a self-play pool's snapshots."""
-    return x if steps is None else x[steps]
