@@ -62,9 +62,10 @@ class AgentEnvRunner(EnvRunner):
         self.fresh: dict[int, np.ndarray] = {}  # game -> its observations after a reset not yet read by every row
         self.valid = self.buf.get("valid")
         # A centralised value's input (--value_input: envs/multi_agent/team_value.py), written beside every
-        # observation: `team_now` holds each row's for the game's current observations.
+        # observation for a whole step at once (`_write_team`); `team_state` holds each game's global state now
+        # (--value_input=state), read right after its every reset and step.
         self.team_obs = self.buf.get("team_obs")
-        self.team_now: np.ndarray | None = None
+        self.team_state: np.ndarray | None = None
         self.opponent = np.full(self.num_envs, FREE, dtype=np.int64)  # a snapshot's weight set acting for the row
         self.step_opponent = self.opponent.copy()  # ... as it was when the current step began
         self.pool_versions = self.control.get("snapshot_versions") if self.control is not None else None
@@ -73,8 +74,11 @@ class AgentEnvRunner(EnvRunner):
 
     def _make_envs(self) -> list[Any]:
         self.games = [self._make_game(g) for g in range(self.num_games)]
-        if self.team_obs is not None:
-            self.team_now = np.zeros((self.num_envs, *self.team_obs.shape[2:]), dtype=np.float32)
+        team = self.games[0].team
+        if team is not None:
+            self.one_hots = np.tile(team.one_hot, (self.num_games, 1))  # [rows, k]: each row's own
+            if team.kind == "state":
+                self.team_state = np.zeros((self.num_games, team.shared_size), dtype=np.float32)
         return [AgentRow(game, j) for game in self.games for j in range(self.k)]
 
     def _make_game(self, g: int) -> Any:
@@ -94,11 +98,26 @@ class AgentEnvRunner(EnvRunner):
         return self._note_team(g, _zero_inactive(obs, active).astype(self.obs_dtype))
 
     def _note_team(self, g: int, obs: np.ndarray) -> np.ndarray:
-        """Game `g`'s rows now show `obs` (returned): their centralised value's input, where the run has one, is read
-        now (a global state is the env's after this very reset or step)."""
-        if self.team_now is not None:
-            self.team_now[self._rows(g)] = self.games[g].team_input(obs)
+        """Game `g`'s rows now show `obs` (returned): with --value_input=state its global state is read now (the env's
+        after this very reset or step)."""
+        if self.team_state is not None:
+            self.team_state[g] = self.games[g].team.shared(obs)
         return obs
+
+    def _write_team(self, t: int) -> None:
+        """Every row's value input at step `t` of the rollout, beside its observation there (the games as they are
+        now): the game's observation rows or global state, the row's one-hot, the game's clock."""
+        if self.team_obs is None:
+            return
+        slots = slice(self.first, self.first + self.num_envs)
+        out = self.team_obs[slots, t]
+        shared = self.team_state
+        if shared is None:
+            shared = self.buf["obs"][slots, t].reshape(self.num_games, -1)
+        width = shared.shape[1]
+        out[:, :width] = np.repeat(shared, self.k, axis=0)
+        out[:, width : width + self.k] = self.one_hots
+        out[:, -1] = np.repeat(np.array([game.steps for game in self.games], dtype=np.float32), self.k)
 
     def _draw_opponents(self, g: int, policies: np.ndarray) -> None:
         """Whether game `g` is played against the pool, and with which snapshots (see the module docstring). The
@@ -160,8 +179,6 @@ class AgentEnvRunner(EnvRunner):
                 raise  # the env breaks its contract: the run stops with the message, which names the agent
             except Exception as exc:  # a broken env must not take the worker down: rebuild it, cut every agent
                 obs_out[first : first + k, t + 1] = self._recover_env(g * k, exc)
-                if self.team_obs is not None:
-                    self.team_obs[first : first + k, t + 1] = self.team_now[rows]
                 dones[rows] = truncs[rows] = 1.0
                 failed += range(g * k, (g + 1) * k)
                 if self.final_obs is not None:
@@ -183,8 +200,7 @@ class AgentEnvRunner(EnvRunner):
                 self.active[rows] = after
                 obs = self._note_team(g, _zero_inactive(obs, after))
             obs_out[first : first + k, t + 1] = obs
-            if self.team_obs is not None:
-                self.team_obs[first : first + k, t + 1] = self.team_now[rows]
+        self._write_team(t + 1)
         if self.valid is not None:
             self.valid[self.first : self.first + n, t] = self.acted & learning
         return rewards, dones, truncs, {}, failed
@@ -256,8 +272,8 @@ class AgentEnvRunner(EnvRunner):
     def _start_rollout(self) -> list[Any]:
         self.fresh.clear()  # (games cut at the last rollout's end)
         msgs = super()._start_rollout()
-        if self.team_obs is not None and not self.is_parked:
-            self.team_obs[self.first : self.first + self.num_envs, 0] = self.team_now
+        if not self.is_parked:
+            self._write_team(0)
         if self.slot_policy is not None and not self.is_parked and (self.opponent != FREE).any():
             self.slot_policy[self.first : self.first + self.num_envs] = self._acting(slice(0, self.num_envs))
         return msgs
@@ -276,8 +292,7 @@ class AgentEnvRunner(EnvRunner):
         self.ep_returns[:] = 0.0
         self.ep_lengths[:] = 0
         self.buf["obs"][self.first : self.first + self.num_envs, 0] = self.next_obs
-        if self.team_obs is not None:
-            self.team_obs[self.first : self.first + self.num_envs, 0] = self.team_now
+        self._write_team(0)
 
     def close(self) -> None:
         for game in self.games:

@@ -73,16 +73,21 @@ class TeamInput:
             )
         else:
             width = k * int(obs_space.shape[0])
+        self.shared_size = width
         self.size = width + k + 1
         self.one_hot = np.eye(k, dtype=np.float32)
+
+    def shared(self, obs: np.ndarray) -> np.ndarray:
+        """[shared_size]: the part of the input every row of the game shares: the observation rows `obs` [k, D]
+        flattened, or the env's global state now (call right after the reset or step)."""
+        if self.kind == "state":
+            return np.asarray(self.env.state(), dtype=np.float32).reshape(-1)
+        return np.asarray(obs, dtype=np.float32).reshape(-1)
 
     def rows(self, obs: np.ndarray, clock: int) -> np.ndarray:
         """[k, size]: the value input of each row, from the game's current observation rows `obs` [k, D] (an absent
         agent's row zero) or, for `state`, the env's state now (call right after the reset or step), and `clock`,
         the game's steps since its reset."""
-        if self.kind == "state":
-            shared = np.asarray(self.env.state(), dtype=np.float32).reshape(-1)
-        else:
-            shared = np.asarray(obs, dtype=np.float32).reshape(-1)
+        shared = self.shared(obs)
         time = np.full((self.k, 1), clock, dtype=np.float32)
         return np.concatenate([np.broadcast_to(shared, (self.k, shared.size)), self.one_hot, time], axis=1)
