@@ -17,7 +17,7 @@ from appo.envs.multi_agent.multi_agent import AgentEnv, AgentEnvError
 from appo.models.registry import make_model
 from appo.protocol.buffers import trajectory_spec
 from appo.protocol.messages import InferenceRequest, TrajectoryReady
-from tests.support.agent_games import AGENTS, LeaveJoinGame, StateGame
+from tests.support.agent_games import AGENTS, LeaveJoinGame, StateGame, UnequalSpacesGame
 from tests.unit.test_agent_runner import ReferenceGame, answer, runner_for
 
 K = len(AGENTS)
@@ -122,3 +122,13 @@ def test_a_value_input_the_env_cannot_give_is_one_line() -> None:
 
     with pytest.raises(AgentEnvError, match=r"^--value_input=team: --env=dict_game has Dict observations"):
         AgentEnv(DictGame(0), "dict_game", value_input="team")
+
+
+def test_agents_of_different_spaces_give_their_padded_rows_to_the_team_input() -> None:
+    env = AgentEnv(UnequalSpacesGame(0), "unequal", value_input="team")
+    width = env.spaces.observation_space.shape[0]  # each row padded, with its kind one-hot
+    obs, active = env.reset()
+    rows = env.team_input(obs)
+    assert rows.shape == (K, K * width + K + 1)
+    np.testing.assert_array_equal(rows[:, : K * width], np.tile(obs.reshape(-1), (K, 1)))
+    assert not active[2] and not rows[:, 2 * width : 3 * width].any()  # "c" has not joined: its part is zeros
