@@ -38,7 +38,7 @@ MAPPO_PRESET: dict[str, Any] = {
     "use_rnn": True,
     "rnn_type": "gru",
     "rnn_size": 64,
-    "recurrence": 25,
+    "recurrence": -1,  # the whole rollout: a whole 25-step game
     "encoder_mlp_layers": [64, 64],
     "nonlinearity": "tanh",
     "learning_rate": 7e-4,
