@@ -99,29 +99,29 @@ def spread_scripted(obs: np.ndarray) -> int:
     return (2 if want[0] > 0 else 1) if axis == 0 else (4 if want[1] > 0 else 3)
 
 
-def throughput(args: argparse.Namespace, extra: list[str]) -> None:
-    rates: dict[str, list[float]] = {"paddle_duel (2 agents)": [], "single-agent twin": []}
+def alternating_rates(runs: dict[str, tuple[str, list[str]]], args: argparse.Namespace) -> list[float]:
+    """Training agent steps/s of each run (name -> env, flags), the runs alternating `--repeats` times; prints their
+    table (medians, min-max) and returns the medians in the runs' order."""
+    rates: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.repeats):
-        rates["paddle_duel (2 agents)"].append(appo_fps("paddle_duel", args.seconds, args.warmup, extra, False))
-        rates["single-agent twin"].append(appo_fps(SINGLE, args.seconds, args.warmup, extra, False))
-    print("| env | training agent steps/s, median (min-max) |")
+        for name, (env, flags) in runs.items():
+            rates[name].append(appo_fps(env, args.seconds, args.warmup, flags, False))
+    print("| run | training agent steps/s, median (min-max) |")
     print("|---|---|")
     for name, values in rates.items():
         print(f"| {name} | {statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f}) |")
-    multi, single = (statistics.median(v) for v in rates.values())
+    return [statistics.median(values) for values in rates.values()]
+
+
+def throughput(args: argparse.Namespace, extra: list[str]) -> None:
+    runs = {"paddle_duel (2 agents)": ("paddle_duel", extra), "single-agent twin": (SINGLE, extra)}
+    multi, single = alternating_rates(runs, args)
     print(f"ratio (2 agents / single agent, per agent step): {multi / single:.2f}")
 
 
 def value_throughput(args: argparse.Namespace, extra: list[str]) -> None:
-    rates: dict[str, list[float]] = {"team": [], "local": []}
-    for _ in range(args.repeats):
-        for value_input, values in rates.items():
-            values.append(appo_fps(SPREAD, args.seconds, args.warmup, [f"--value_input={value_input}", *extra], False))
-    print("| simple_spread_v3, its preset | training agent steps/s, median (min-max) |")
-    print("|---|---|")
-    for name, values in rates.items():
-        print(f"| --value_input={name} | {statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f}) |")
-    team, local = (statistics.median(v) for v in rates.values())
+    runs = {f"simple_spread_v3, --value_input={v}": (SPREAD, [f"--value_input={v}", *extra]) for v in ("team", "local")}
+    team, local = alternating_rates(runs, args)
     print(f"ratio (team / local): {team / local:.2f}")
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from appo.envs.multi_agent.multi_agent import AgentEnvError
+from appo.envs.multi_agent.team_value import fill_rows
 from appo.protocol.control import FREE, weight_set_of
 from appo.sampling.env_runner import EnvRunner
 from appo.sampling.split_envs import FinishedEpisode
@@ -75,10 +76,8 @@ class AgentEnvRunner(EnvRunner):
     def _make_envs(self) -> list[Any]:
         self.games = [self._make_game(g) for g in range(self.num_games)]
         team = self.games[0].team
-        if team is not None:
-            self.one_hots = np.tile(team.one_hot, (self.num_games, 1))  # [rows, k]: each row's own
-            if team.kind == "state":
-                self.team_state = np.zeros((self.num_games, team.shared_size), dtype=np.float32)
+        if team is not None and team.kind == "state":
+            self.team_state = np.zeros((self.num_games, team.shared_size), dtype=np.float32)
         return [AgentRow(game, j) for game in self.games for j in range(self.k)]
 
     def _make_game(self, g: int) -> Any:
@@ -110,14 +109,11 @@ class AgentEnvRunner(EnvRunner):
         if self.team_obs is None:
             return
         slots = slice(self.first, self.first + self.num_envs)
-        out = self.team_obs[slots, t]
         shared = self.team_state
         if shared is None:
             shared = self.buf["obs"][slots, t].reshape(self.num_games, -1)
-        width = shared.shape[1]
-        out[:, :width] = np.repeat(shared, self.k, axis=0)
-        out[:, width : width + self.k] = self.one_hots
-        out[:, -1] = np.repeat(np.array([game.steps for game in self.games], dtype=np.float32), self.k)
+        clocks = np.array([game.steps for game in self.games], dtype=np.float32)
+        fill_rows(self.team_obs[slots, t], shared, clocks, self.k)
 
     def _draw_opponents(self, g: int, policies: np.ndarray) -> None:
         """Whether game `g` is played against the pool, and with which snapshots (see the module docstring). The

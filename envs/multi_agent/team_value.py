@@ -75,7 +75,6 @@ class TeamInput:
             width = k * int(obs_space.shape[0])
         self.shared_size = width
         self.size = width + k + 1
-        self.one_hot = np.eye(k, dtype=np.float32)
 
     def shared(self, obs: np.ndarray) -> np.ndarray:
         """[shared_size]: the part of the input every row of the game shares: the observation rows `obs` [k, D]
@@ -88,6 +87,15 @@ class TeamInput:
         """[k, size]: the value input of each row, from the game's current observation rows `obs` [k, D] (an absent
         agent's row zero) or, for `state`, the env's state now (call right after the reset or step), and `clock`,
         the game's steps since its reset."""
-        shared = self.shared(obs)
-        time = np.full((self.k, 1), clock, dtype=np.float32)
-        return np.concatenate([np.broadcast_to(shared, (self.k, shared.size)), self.one_hot, time], axis=1)
+        out = np.empty((self.k, self.size), dtype=np.float32)
+        fill_rows(out, self.shared(obs)[None], np.array([clock], dtype=np.float32), self.k)
+        return out
+
+
+def fill_rows(out: np.ndarray, shared: np.ndarray, clocks: np.ndarray, k: int) -> None:
+    """Write the value inputs of G games' k rows each into `out` [G * k, size]: each game's shared part `shared`
+    [G, S] on its every row, then the row's one-hot within its game, then the game's clock `clocks` [G]."""
+    width = shared.shape[1]
+    out[:, :width] = np.repeat(shared, k, axis=0)
+    out[:, width : width + k] = np.tile(np.eye(k, dtype=np.float32), (shared.shape[0], 1))
+    out[:, -1] = np.repeat(clocks, k)
