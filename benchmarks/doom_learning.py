@@ -8,8 +8,9 @@ runs them and reads `episode/return_mean`, the mean of the last 100 episodes, in
 Sample Factory: sf_examples.vizdoom.train_vizdoom with its Doom defaults and the same 2 workers x 8 envs, 2 splits,
 on the CPU, trained for 4x the agent steps in frames (frame skip 4); its `reward/reward` (the mean of its last
 episodes) is in its env's units, which for some scenarios it scales (basic: x0.01, `--sf_reward_scaling`), so the
-table divides that scaling out. Prints one row per engine (the final training return: appo's median, min and max
-over seeds), writes `<scenario>.png` with every curve against agent steps, and keeps the runs under --out."""
+table divides that scaling out. Flags it does not know go to every appo run (`--policy_init_gain=1`). Prints one
+row per engine (the final training return: appo's median, min and max over seeds), writes `<scenario>.png` with
+every curve against agent steps, and keeps the runs under --out."""
 
 from __future__ import annotations
 
@@ -89,9 +90,9 @@ def main() -> int:
     parser.add_argument("--sf_python", default="", help="Sample Factory 2.1.1's interpreter (empty: appo alone)")
     parser.add_argument("--sf_seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("train_dir") / "doom_learning")
-    args = parser.parse_args()
+    args, extra = parser.parse_known_args()
     env = f"doom_{args.scenario}"
-    runs = run_all([(env, seed) for seed in args.seeds], args.agent_steps, args.out / "appo", [], parallel=1)
+    runs = run_all([(env, seed) for seed in args.seeds], args.agent_steps, args.out / "appo", extra, parallel=1)
     results = [read(run, eval_episodes=0) for run in runs]
     curves = {f"appo seed {r.run.seed}": (r.steps, r.values) for r in results if len(r.values)}
     rows = []

@@ -150,6 +150,9 @@ class ModelCfg:
     normalize_input: bool = _f(True, "running mean/std normalisation of observations")
     normalize_returns: bool = _f(True, "running mean/std normalisation of value targets")
     initial_log_std: float = _f(0.0, "initial log standard deviation of Gaussian actions")
+    policy_init_gain: float = _f(
+        0.01, "gain of the policy head's orthogonal initialisation (small: near-uniform first actions)"
+    )
     separate_value_trunk: bool = _f(False, "the value head gets its own MLP encoder instead of sharing the policy's")
     value_mlp_layers: list[int] = _f(
         [], "hidden sizes of the separate value trunk (--separate_value_trunk); empty: those of --encoder_mlp_layers"

@@ -104,8 +104,8 @@ class ActorCritic(nn.Module):
         if cfg.separate_value_trunk:  # (an image or Dict model's trunk is an encoder of the policy's kind)
             value_size = (value_layers[-1] if value_layers else size) if flat else self.encoder.out_size
         self.value_head = nn.Linear(value_size, 1) if self.team_space is None else None
-        # Small initial policy outputs keep the first actions near the centre of the action range.
-        nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
+        # Small initial policy outputs (the default gain) keep the first actions near the centre of the action range.
+        nn.init.orthogonal_(self.policy_head.weight, gain=cfg.policy_init_gain)
         nn.init.zeros_(self.policy_head.bias)
         # Built last and only when asked for, so that without it the parameters, their names and the draws
         # from the seeded generator are exactly those of models (and checkpoints) from before the option.

@@ -44,9 +44,9 @@ def start(args: list[str], env: dict | None = None, preexec_fn: Any = None) -> s
     )
 
 
-def find(proc: subprocess.Popen, title: str, timeout: float = 60) -> psutil.Process:
-    """The process titled `title` among `proc`'s descendants (not another run's of the same name: test
-    sessions may share the machine)."""
+def find(proc: subprocess.Popen, title: str, timeout: float = 60, exact: bool = False) -> psutil.Process:
+    """The process titled `title` (the whole title where `exact`: learner_0 is a prefix of learner_0_rank1) among
+    `proc`'s descendants (not another run's of the same name: test sessions may share the machine)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -55,7 +55,8 @@ def find(proc: subprocess.Popen, title: str, timeout: float = 60) -> psutil.Proc
             descendants = []
         for p in descendants:
             try:
-                if title in " ".join(p.cmdline()):
+                name = " ".join(p.cmdline()).strip()
+                if name == title or (not exact and title in name):
                     return p
             except psutil.Error:
                 continue

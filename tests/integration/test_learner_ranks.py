@@ -10,7 +10,6 @@ import signal
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -21,7 +20,7 @@ from appo.learning.distributed import state_digest
 from appo.models.registry import make_model
 from appo.protocol.messages import LoadPolicy
 from tests.conftest import run_script
-from tests.integration.test_faults import FAST, finish, start, wait_for_checkpoints
+from tests.integration.test_faults import FAST, find, finish, start, wait_for_checkpoints
 from tests.support.fixed_batch import train_on_fixed_batch
 from tests.support.recorded_batch import record_halfcheetah
 
@@ -150,28 +149,14 @@ def test_every_rank_resumes_from_the_checkpoint_exactly(train_dir: Path) -> None
     assert "learner 0: 2 ranks in step at start" in rerun.stdout
 
 
-def process_titled(title: str, timeout: float = 60) -> psutil.Process:
-    """The process whose whole title is `title` (learner_0 is a prefix of learner_0_rank1)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for p in psutil.process_iter():
-            try:
-                if " ".join(p.cmdline()).strip() == title:
-                    return p
-            except psutil.Error:
-                continue
-        time.sleep(0.2)
-    raise AssertionError(f"no process {title}")
-
-
 @pytest.mark.parametrize("victim", ["learner_0_rank1", "learner_0"])
 @pytest.mark.slow
 def test_a_killed_learner_rank_stops_the_run_cleanly_and_the_rerun_resumes(train_dir: Path, victim: str) -> None:
     args = ranks_args(train_dir, "kill")
-    proc = start([*args, "--train_for_env_steps=400000"])
+    proc = start([*args, "--train_for_env_steps=100000000"])  # ends only by the kill
     try:
         wait_for_checkpoints(train_dir / "kill" / "checkpoint_p0", 1)
-        process_titled(f"appo:kill:{victim}").kill()
+        find(proc, f"appo:kill:{victim}", exact=True).kill()
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)  # the whole session: driver and every rank
         finish(proc, timeout=10)
