@@ -149,6 +149,11 @@ class ModelCfg:
     recurrence: int = _f(-1, "BPTT chunk length; -1 means rollout")
     normalize_input: bool = _f(True, "running mean/std normalisation of observations")
     normalize_returns: bool = _f(True, "running mean/std normalisation of value targets")
+    normalize_images: bool = _f(
+        False,
+        "running mean/std of every pixel of image observations, standardised before the convnet (Sample Factory's "
+        "--normalize_input on images; --algo=appo)",
+    )
     initial_log_std: float = _f(0.0, "initial log standard deviation of Gaussian actions")
     policy_init_gain: float = _f(
         0.01, "gain of the policy head's orthogonal initialisation (small: near-uniform first actions)"

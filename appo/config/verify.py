@@ -79,7 +79,7 @@ def verify(cfg: Cfg) -> list[str]:
     if cfg.save_best_metric == "eval" and cfg.eval_interval <= 0 and cfg.meta_test_interval <= 0:
         errors.append("--save_best_metric=eval: needs --eval_interval > 0 (or --meta_test_interval for task envs)")
     errors += _family_sizes(cfg) + value_trunk_errors(cfg)
-    errors += _selfplay(cfg)
+    errors += _selfplay(cfg) + _pixel_statistics(cfg)
     if cfg.train_for_iterations < 0:
         errors.append(f"--train_for_iterations={cfg.train_for_iterations}: must be >= 0 (0: no limit)")
     if cfg.max_policy_lag < 0:
@@ -93,6 +93,12 @@ def verify(cfg: Cfg) -> list[str]:
     errors += verify_learner_ranks(cfg, d) + verify_backend(cfg) + verify_tracking(cfg)
 
     return errors + verify_pbt(cfg)
+
+
+def _pixel_statistics(cfg: Cfg) -> list[str]:
+    if cfg.normalize_images and cfg.algo != "appo":
+        return [f"--normalize_images: only --algo=appo's learner keeps pixel statistics, not --algo={cfg.algo}"]
+    return []
 
 
 def _lr_schedule(cfg: Cfg) -> list[str]:

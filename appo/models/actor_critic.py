@@ -27,7 +27,14 @@ from appo.config.trunk import value_trunk_errors
 from appo.envs.common.packed_obs import PackedObsSpace
 from appo.envs.multi_agent.team_value import team_space_of
 from appo.models.distributions import Categorical, DiagGaussian
-from appo.models.encoders import build_mlp, encoder_kind, make_encoder, unpack_obs
+from appo.models.encoders import (
+    ImageEncoder,
+    MultiInputEncoder,
+    build_mlp,
+    encoder_kind,
+    make_encoder,
+    unpack_obs,
+)
 from appo.models.normalize import RunningMeanStd
 from appo.models.registry import register_model
 
@@ -123,6 +130,9 @@ class ActorCritic(nn.Module):
             layers = list(cfg.value_mlp_layers or cfg.encoder_mlp_layers)
             self.team_encoder, team_size = build_mlp(width, layers, cfg.nonlinearity)
             self.team_value_head = nn.Linear(team_size, 1)
+        if cfg.normalize_images:
+            for _, encoder in self.image_encoders():
+                encoder.normalize_pixels()
 
     # --- pieces -----------------------------------------------------------------------------------
     def normalize_obs(self, obs: Tensor) -> Tensor:
@@ -144,6 +154,27 @@ class ActorCritic(nn.Module):
         """What `obs_normalizer` tracks of obs [*lead, *obs_shape]: the observations, or a Dict model's vector keys
         flattened and concatenated ([*lead, vector_size])."""
         return self.encoder.vectors(self._dict(obs)) if self.encoder_kind == "dict" else obs
+
+    def image_encoders(self) -> list[tuple[str | None, ImageEncoder]]:
+        """Every convnet of the model with the observation key it reads (None: the observation is the image)."""
+        found: list[tuple[str | None, ImageEncoder]] = []
+        for encoder in (self.encoder, self.value_encoder):
+            if isinstance(encoder, ImageEncoder):
+                found.append((None, encoder))
+            elif isinstance(encoder, MultiInputEncoder):
+                found += [(key, encoder.images[key]) for key in encoder.image_keys]
+        return found
+
+    def pixel_batches(self, obs: Tensor, most: int = 256) -> list[tuple[RunningMeanStd, Tensor]]:
+        """(a convnet's pixel normaliser, the pixels [n, C, H, W] it learns from) for each convnet that standardises
+        its pixels (--normalize_images), from observations [n, *obs_shape]: every k-th of them, at most `most`
+        (a few hundred frames estimate a pixel's mean and spread as well as thousands, at a fraction of the cost)."""
+        pairs = [(key, e) for key, e in self.image_encoders() if e.pixel_normalizer is not None]
+        if not pairs:
+            return []
+        obs = obs[:: max(1, -(-len(obs) // most))]
+        parts = self._dict(obs) if self.encoder_kind == "dict" else None
+        return [(e.pixel_normalizer, e.pixels(obs if key is None else parts[key])) for key, e in pairs]
 
     def _dict(self, obs: Obs) -> dict[str, Tensor]:
         """A Dict model's observations by key: packed ones (as the buffers hold them) taken apart; dicts (exported

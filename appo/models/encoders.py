@@ -19,8 +19,9 @@ an observation into a feature vector for the core and the heads.
   shorter than the first ((64, 64, 3), (84, 84, 4)), else channels-first (C, H, W) ((4, 84, 84) stacked Atari
   frames, (3, 64, 64)); channels-last images are permuted inside the encoder. A uint8 image is cast to float and
   divided by 255 inside the encoder (whatever dtype the tensor arrives in: the space decides), so observations can
-  stay uint8 from the env to the learner; a float image is used as is. Images are not normalised by the running
-  mean/std.
+  stay uint8 from the env to the learner; a float image is used as is. `--normalize_input` never applies to images;
+  `--normalize_images` standardises each pixel (after the division) by running statistics of its own, which the
+  learner updates from its batches (Sample Factory's --normalize_input on images; the Doom preset's).
 - Dict (`MultiInputEncoder`): keys in sorted order; the image keys' conv features, then the MLP's output over the
   other keys flattened and concatenated, then mixed by one Linear + activation (MIX_WIDTH); it takes a dict of
   tensors. Not normalised; no numpy pass yet. The engine
@@ -46,6 +47,7 @@ from torch import Tensor, nn
 from torch.nn import functional
 
 from appo.config.cfg import ENCODERS
+from appo.models.normalize import RunningMeanStd
 from appo.numpy_policy.conv import (
     CONV_ACTIVATIONS,
     CONV_STACKS,
@@ -103,6 +105,8 @@ class ImageEncoder(nn.Module):
         self.flat_size = oh * ow * (IMPALA_CHANNELS[-1] if kind == "impala" else CONV_STACKS[kind][-1][0])
         self.out_size = FC_SIZES[kind]
         self.activation = _ACTIVATIONS[CONV_ACTIVATIONS[kind]]
+        self.pixel_shape = (c, h, w)
+        self.pixel_normalizer: RunningMeanStd | None = None  # --normalize_images (`normalize_pixels`)
 
     def _finish(self) -> None:
         self.fc = nn.Sequential(nn.Linear(self.flat_size, self.out_size), self.activation())
@@ -110,16 +114,29 @@ class ImageEncoder(nn.Module):
 
     def spec(self) -> dict[str, Any]:
         """What the numpy pass needs besides the weights (appo/numpy_policy/conv.py)."""
-        return {"kind": self.kind, "channels_last": self.channels_last, "divisor": self.divisor}
+        spec = {"kind": self.kind, "channels_last": self.channels_last, "divisor": self.divisor}
+        norm = self.pixel_normalizer
+        return spec if norm is None else spec | {"pixel_epsilon": norm.epsilon, "pixel_clip": norm.clip}
+
+    def normalize_pixels(self) -> None:
+        """From now on every pixel is standardised by running statistics of its own before the convs (Sample
+        Factory's --normalize_input on images: a static background reads as zeros, what moves stands out). The
+        learner updates them from `pixels` of its batches; they travel with the weights as buffers."""
+        self.pixel_normalizer = RunningMeanStd(self.pixel_shape)
+
+    def pixels(self, obs: Tensor) -> Tensor:
+        """obs [*lead, *obs_shape] -> what the convs read before any standardisation: [B, C, H, W] float, scaled."""
+        x = obs.reshape(-1, *self.obs_shape).float()
+        if self.divisor != 1.0:
+            x = x / self.divisor
+        return x.permute(0, 3, 1, 2) if self.channels_last else x
 
     def forward(self, obs: Tensor) -> Tensor:
         """obs [*lead, *obs_shape] -> features [*lead, out_size]."""
         lead = obs.shape[: obs.dim() - 3]
-        x = obs.reshape(-1, *self.obs_shape).float()
-        if self.divisor != 1.0:
-            x = x / self.divisor
-        if self.channels_last:
-            x = x.permute(0, 3, 1, 2)
+        x = self.pixels(obs)
+        if self.pixel_normalizer is not None:
+            x = self.pixel_normalizer.normalize(x)
         x = self.convs(x)
         return self.fc(x.flatten(1)).reshape(*lead, self.out_size)  # (flatten: batch-size free in traced graphs)
 

@@ -16,7 +16,9 @@ Arrays run channels-last (N, H, W, C) inside: a conv is im2col by strided window
 
 A spec (what the description of a model carries, besides the state): {"kind": "nature" | "simple" | "impala",
 "channels_last": bool (the observation's layout), "divisor": float (255 for uint8 images, else 1: the pixels are
-divided by it)}.
+divided by it)}, and with --normalize_images "pixel_epsilon" and "pixel_clip" (the pixels, once divided, are
+standardised by the running statistics `pixel_normalizer.mean` / `.var` of the state: (x - mean) / sqrt(var +
+epsilon), clipped to +-clip).
 """
 
 from __future__ import annotations
@@ -100,6 +102,12 @@ class ImageEncoderPass:
                 (*conv_weight(state, f"{prefix}.body.{2 * i}"), stride)
                 for i, (_, _, stride) in enumerate(CONV_STACKS[self.kind])
             ]
+        self.pixel_mean = self.pixel_std = None
+        if "pixel_epsilon" in spec:  # [C, H, W] statistics as [H, W, C], the arrays' layout here
+            self.pixel_mean = f32(state[f"{prefix}.pixel_normalizer.mean"]).transpose(1, 2, 0).copy()
+            var = np.asarray(state[f"{prefix}.pixel_normalizer.var"], dtype=np.float64).transpose(1, 2, 0)
+            self.pixel_std = np.sqrt(var + spec["pixel_epsilon"]).astype(np.float32)
+            self.pixel_clip = spec["pixel_clip"]
         self.fc_w = f32(state[f"{prefix}.fc.0.weight"])  # [F, C * H * W], columns permuted on the first call
         self.fc_b = f32(state[f"{prefix}.fc.0.bias"])
         self._fc_hwc: np.ndarray | None = None
@@ -109,6 +117,10 @@ class ImageEncoderPass:
         x = np.ascontiguousarray(obs if self.channels_last else obs.transpose(0, 2, 3, 1), dtype=np.float32)
         if self.divisor != 1.0:  # in place only on the copy: never scale the caller's own float array
             x = x / self.divisor if np.may_share_memory(x, obs) else np.divide(x, self.divisor, out=x)
+        if self.pixel_mean is not None:
+            x = (x - self.pixel_mean) / self.pixel_std
+            if self.pixel_clip is not None:
+                np.clip(x, -self.pixel_clip, self.pixel_clip, out=x)
         act = self.activation
         if self.kind == "impala":
             for conv, *res in self.stacks:

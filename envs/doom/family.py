@@ -34,6 +34,7 @@ DOOM_PRESET: dict[str, Any] = {
     "with_vtrace": False,
     "max_grad_norm": 4.0,
     "normalize_input": True,
+    "normalize_images": True,
     "normalize_returns": True,
     "exploration_loss_coeff": 0.001,
     "encoder": "simple",

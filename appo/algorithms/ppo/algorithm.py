@@ -26,7 +26,12 @@ from appo.algorithms.base import Algorithm, NonFiniteGuard
 from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
 from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_bounds
 from appo.algorithms.common.returns import batch_targets
-from appo.algorithms.ppo.batch_passes import before_updates, central_value_batch, only_steps
+from appo.algorithms.ppo.batch_passes import (
+    before_updates,
+    central_value_batch,
+    only_steps,
+    update_pixel_normalizers,
+)
 from appo.algorithms.ppo.diagnostics import after_probe, kl_sums, read_diagnostics, value_moments
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
@@ -78,6 +83,7 @@ class PPO(Algorithm):
             self.ranks.update_normalizer(
                 model.obs_normalizer, only_steps(model.normalizer_input(b["obs"][:, :T]), steps)
             )
+        update_pixel_normalizers(model, self.ranks, b["obs"][:, :T], steps)
         central = "team_obs" in b  # a centralised value (--value_input): the actors computed no values
         b = central_value_batch(self.model, self.ranks, b, steps)
         is_per_step = not (cfg.with_vtrace or cfg.use_rnn)

@@ -16,6 +16,13 @@ def only_steps(x: Tensor, steps: Tensor | None) -> Tensor:
     return x if steps is None else x[steps]
 
 
+def update_pixel_normalizers(model: nn.Module, ranks: Any, obs: Tensor, steps: Tensor | None) -> None:
+    """--normalize_images: each convnet's pixel statistics learn from the batch's observations obs [N, T, ...] (the
+    steps that train, over every learner rank)."""
+    for normalizer, pixels in model.pixel_batches(obs.flatten(0, 1) if steps is None else obs[steps]):
+        ranks.update_normalizer(normalizer, pixels)
+
+
 def central_value_batch(model: nn.Module, ranks: Any, b: dict[str, Tensor], steps: Tensor | None) -> dict[str, Tensor]:
     """A centralised value's batch (--value_input: `team_obs` in it): its input's normaliser learns the batch's team
     inputs (the steps that train, over every learner rank), and `values` is a copy for the learner's own old values
