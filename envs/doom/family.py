@@ -17,7 +17,8 @@ PREFIXES = ("doom_",)
 
 # Sample Factory 2's Doom settings (its defaults with sf_examples.vizdoom's overrides): 2 splits, rollout 32, one
 # epoch of one minibatch of 1,024, lr 1e-4, gamma 0.99, clip 0.1 (value 0.2), GAE without V-trace, gradient norm 4,
-# normalised inputs and returns, entropy 0.001, its "simple" ELU convnet and a GRU of 512. 8 envs per worker: the
+# normalised inputs and returns (its input normalisation covers the screen's pixels: --normalize_images), its policy
+# head's initial gain of 1, entropy 0.001, its "simple" ELU convnet and a GRU of 512. 8 envs per worker: the
 # 2 x 8 of its published doom_basic throughput. The learner takes 2 threads (torch's default, as Sample Factory's
 # learner has): the conv learner bounds the run, as on Atari.
 DOOM_PRESET: dict[str, Any] = {
@@ -35,6 +36,7 @@ DOOM_PRESET: dict[str, Any] = {
     "max_grad_norm": 4.0,
     "normalize_input": True,
     "normalize_images": True,
+    "policy_init_gain": 1.0,
     "normalize_returns": True,
     "exploration_loss_coeff": 0.001,
     "encoder": "simple",
