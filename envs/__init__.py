@@ -124,6 +124,15 @@ def training_kwargs(cfg: Any, training: bool) -> dict[str, Any]:
     return family.training_kwargs(cfg)
 
 
+def evaluation_kwargs(cfg: Any, evaluation: bool) -> dict[str, Any]:
+    """Constructor keywords for the evaluator's env only (a duel's evaluation game against a built-in bot): the
+    family's `evaluation_kwargs`."""
+    family = family_of(cfg.env)
+    if not evaluation or family is None or not hasattr(family, "evaluation_kwargs"):
+        return {}
+    return family.evaluation_kwargs(cfg)
+
+
 def make_run_vector(cfg: Any) -> Callable[[int], Any] | None:
     """A builder of native vector envs of `n` training envs for the run's env (Atari: ale-py's AtariVectorEnv), or
     None where the run steps single envs: no native vector for the env, --env_vector=per_env, or a run that needs
@@ -158,15 +167,21 @@ def trial_length(cfg: Any) -> int:
 
 
 def make_run_env(
-    cfg: Any, env_idx: int = 0, split: str = "train", render_mode: str | None = None, training: bool = False
+    cfg: Any,
+    env_idx: int = 0,
+    split: str = "train",
+    render_mode: str | None = None,
+    training: bool = False,
+    evaluation: bool = False,
 ) -> gym.Env:
     """The env exactly as a run sees it: `make_env` plus, for task schedules, the meta-task wrapper over
     the `split` ("train" or "test") tasks. Actor workers, the evaluator and enjoy.py all build it here, so
     observation augmentation always matches what the policy was trained on. In a run the actor's EnvRunner
     gives every trial its task (`make_task_assigner`, appo/protocol/control.py); the wrapper's own schedule serves
     standalone use (the meta-test, enjoy.py) and sets the trial length. `training`: the actor workers' envs, which
-    take the run's training-only settings (Atari's --episodic_life). `cfg` is an appo Cfg."""
-    kwargs = env_kwargs(cfg) | training_kwargs(cfg, training)
+    take the run's training-only settings (Atari's --episodic_life); `evaluation`: the evaluator's env, which takes
+    the family's evaluation settings (doom_duel's game against a built-in bot). `cfg` is an appo Cfg."""
+    kwargs = env_kwargs(cfg) | training_kwargs(cfg, training) | evaluation_kwargs(cfg, evaluation)
     agent_ids = bool(getattr(cfg, "obs_agent_id", False))
     value_input = str(getattr(cfg, "value_input", "local"))
     env = make_env(cfg.env, cfg.max_episode_steps, render_mode, agent_ids, value_input, **kwargs)

@@ -186,9 +186,11 @@ def eval_line(report: EvalReport) -> str:
             f"meta-test p{report.policy_id} at {report.env_steps} steps (v{report.version}): {curve} | "
             f"trial return {report.return_mean:.1f} +- {report.return_std:.1f} over {len(report.task_returns)} tasks"
         )
+    objective = report.true_objective_mean
     return (
         f"eval p{report.policy_id} at {report.env_steps} steps (v{report.version}): return "
         f"{report.return_mean:.1f} +- {report.return_std:.1f}, length {report.length_mean:.0f}"
+        + ("" if objective is None else f", true objective {objective:.2f}")
     )
 
 
@@ -265,6 +267,8 @@ class SummaryWriters:
         writer.add_scalar(f"{prefix}/return_mean", report.return_mean, step)
         writer.add_scalar(f"{prefix}/return_std", report.return_std, step)
         writer.add_scalar(f"{prefix}/length_mean", report.length_mean, step)
+        if report.true_objective_mean is not None:
+            writer.add_scalar(f"{prefix}/true_objective", report.true_objective_mean, step)
         for k, value in enumerate(report.returns_by_episode):
             writer.add_scalar(f"meta_test/return_ep{k}", value, step)
         for k, value in enumerate(report.stochastic_returns_by_episode):

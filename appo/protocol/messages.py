@@ -135,6 +135,7 @@ class EvalReport(NamedTuple):
     # error (paired by task): deterministic, then with sampled actions. Only a policy that remembers gains.
     adaptation_gain: tuple[float, float] = (0.0, 0.0)
     stochastic_adaptation_gain: tuple[float, float] = (0.0, 0.0)
+    true_objective_mean: float | None = None  # plain envs whose episodes report a true objective (a duel's frags)
 
 
 class ReturnSummary(NamedTuple):

@@ -26,6 +26,7 @@ import torch
 
 from appo.config.cfg import Cfg
 from appo.envs import make_run_env
+from appo.envs.common.episode_end import TRUE_OBJECTIVE
 from appo.envs.multi_agent.multi_agent import run_game
 from appo.models.device import model_device, to_device, to_host
 from appo.models.numpy_twins import make_numpy_policy
@@ -44,6 +45,18 @@ def adaptation_gain(by_episode: np.ndarray) -> tuple[float, float]:
     gains = by_episode[:, -1] - by_episode[:, 0]
     se = gains.std(ddof=1) / np.sqrt(len(gains)) if len(gains) > 1 else 0.0
     return float(gains.mean()), float(se)
+
+
+def true_objective(info: dict) -> float | None:
+    """An evaluation episode's true objective, where its env reports one: the last info's, or in a game (run_game's
+    info) the policy's row's against a scripted opponent, else the mean over the rows that report one."""
+    if "objectives" not in info:
+        value = info.get(TRUE_OBJECTIVE)
+        return None if value is None else float(value)
+    rows = np.asarray(info["objectives"], dtype=np.float64)
+    rows = rows[[info["policy_row"]]] if "policy_row" in info else rows
+    rows = rows[~np.isnan(rows)]
+    return float(rows.mean()) if len(rows) else None
 
 
 def env_action(actions: torch.Tensor | np.ndarray, space: gym.Space) -> Any:
@@ -127,7 +140,7 @@ class Evaluator:
         self.fast = make_numpy_policy(self.model, "cpu", cfg.seed) if cfg.numpy_inference else None
         self.state_size = rnn_state_size(cfg)
         self.is_meta = cfg.task_schedule != "none"
-        self.env = make_run_env(cfg, split="test" if self.is_meta else "train")
+        self.env = make_run_env(cfg, split="test" if self.is_meta else "train", evaluation=True)
 
     def evaluate(self, request: EvalRequest) -> EvalReport:
         version = self.params[request.policy_id].pull(self.model)
@@ -151,6 +164,8 @@ class Evaluator:
         ]
         returns = np.array([e[0] for e in episodes])
         lengths = np.array([e[1] for e in episodes])
+        objectives = [true_objective(e[2]) for e in episodes]
+        known = [o for o in objectives if o is not None]
         return EvalReport(
             request.policy_id,
             request.env_steps,
@@ -160,6 +175,7 @@ class Evaluator:
             float(lengths.mean()),
             [],
             [],
+            true_objective_mean=float(np.mean(known)) if len(known) == len(objectives) else None,
         )
 
     def _meta_test(self, request: EvalRequest, version: int) -> EvalReport:

@@ -74,6 +74,12 @@ def make(name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:
     return env
 
 
+def evaluation_kwargs(cfg: Any) -> dict[str, Any]:
+    """The evaluator's game (--eval_interval): a duel policy plays one of vizdoom's built-in bots on the duel's own
+    map, so its frags per game (eval/true_objective) measure it against a fixed opponent as self-play goes on."""
+    return {"players": 1, "bots": 1} if cfg.env == "doom_duel" else {}
+
+
 def preset(env_name: str, env_steps: int | None, given: Mapping[str, Any]) -> dict[str, Any] | None:
     if env_name in ENVS:  # frags and deaths: rewards of 1 already
         return dict(DOOM_PRESET)

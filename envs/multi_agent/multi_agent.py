@@ -186,7 +186,8 @@ def run_game(
     on_frame: Callable[[], None] | None = None,
 ) -> tuple[float, int, dict]:
     """Play one game from reset to its end; (return, length, info) as `run_episode` returns them. info holds every
-    agent's return (`agent_returns`) and, against a scripted opponent, which row the policy played (`policy_row`)."""
+    agent's return (`agent_returns`), each row's true objective (`objectives`, NaN where its env reports none) and,
+    against a scripted opponent, which row the policy played (`policy_row`)."""
     k = env.num_agents
     opponent = env.opponent
     policy_rows = np.ones(k, dtype=bool)
@@ -216,7 +217,7 @@ def run_game(
         if on_frame is not None:
             on_frame()
         if over:
-            info = {"agent_returns": returns.tolist(), "infos": infos}
+            info = {"agent_returns": returns.tolist(), "infos": infos, "objectives": env.objectives(infos).tolist()}
             if opponent is not None:
                 row = int(mine[0])
                 info["policy_row"] = row

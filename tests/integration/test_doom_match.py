@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from appo.envs import make_env
+from appo.config.cfg import Cfg
+from appo.envs import make_env, make_run_env
 from appo.envs.common.episode_end import TRUE_OBJECTIVE
 from appo.envs.doom.match import DoomMatch
-from tests.conftest import _kill_group
+from tests.conftest import _kill_group, run_script
 from tests.integration.test_doom import RunGames, games, shm_of, wait_until_gone
 from tests.integration.test_faults import start
 
@@ -98,6 +100,28 @@ def test_a_match_against_bots_counts_the_players_frags_and_deaths() -> None:
         assert total == pytest.approx(info["frags"] - info["deaths"]) and info[TRUE_OBJECTIVE] == info["frags"]
     finally:
         env.close()
+
+
+def test_a_duel_runs_evaluation_plays_a_built_in_bot_and_reports_its_frags(train_dir: Path) -> None:
+    """--eval_interval on doom_duel: the evaluator's game is one learning player against one of vizdoom's bots on the
+    duel's map (the actors' stay the two-player duel); eval/true_objective is the policy's frags per game, and its
+    return (frags - deaths) is never above them."""
+    cfg = Cfg(env="doom_duel")
+    envs = [make_run_env(cfg, training=True), make_run_env(cfg, evaluation=True)]
+    assert [(e.num_agents, e.env.bots) for e in envs] == [(2, 0), (1, 1)]  # built, not started: no game yet
+    args = ["--env=doom_duel", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=2", "--rnn_size=64"]
+    args += ["--batch_size=256", "--max_episode_steps=50", "--eval_interval=256", "--eval_episodes=2"]
+    args += ["--train_for_env_steps=1024", f"--train_dir={train_dir}", "--experiment=duel_eval"]
+    result = run_script("train_appo.py", args, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "length 50, true objective" in result.stdout
+    acc = EventAccumulator(str(train_dir / "duel_eval" / "summaries" / "0"), size_guidance={"scalars": 0})
+    acc.Reload()
+    frags = {e.step: e.value for e in acc.Scalars("eval/true_objective")}
+    returns = {e.step: e.value for e in acc.Scalars("eval/return_mean")}
+    assert len(frags) >= 3 and frags.keys() == returns.keys()
+    assert all(v >= 0 and v * 2 == int(v * 2) for v in frags.values())  # whole frags, mean of 2 games
+    assert all(returns[s] <= frags[s] for s in frags)
 
 
 def test_two_duels_at_once_take_ports_of_their_own() -> None:

@@ -16,7 +16,7 @@ from appo.models.numpy_twins import NumpyActorCritic
 from appo.models.registry import make_model
 from appo.protocol.messages import EvalReport, EvalRequest
 from appo.protocol.param_sync import ParamStore
-from appo.sampling.evaluator import Evaluator, adaptation_gain
+from appo.sampling.evaluator import Evaluator, adaptation_gain, true_objective
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -102,3 +102,20 @@ def test_the_evaluator_plays_a_reward_conditioned_policy_with_its_command() -> N
     default = [run_command_episode(env, model, (0.0, 1.0), seed)[0] for seed in seeds]
     assert with_command != default  # the command changes what this policy does: the test can tell them apart
     assert report.return_mean == pytest.approx(np.mean(with_command))
+
+
+def test_an_evaluation_reports_the_true_objective_of_the_policys_games() -> None:
+    """paddle_duel against its scripted tracker: the true objective is the policy's own row's (1 a win, 0 a loss,
+    0.5 a draw), numpy and torch alike; an env that reports none (Pendulum) has none."""
+    a, b = evaluate_both(["--env=paddle_duel", "--eval_episodes=4"])
+    assert a.true_objective_mean is not None and 0.0 <= a.true_objective_mean <= 1.0
+    assert a.true_objective_mean == b.true_objective_mean
+    assert evaluate_both(["--env=Pendulum-v1", "--eval_episodes=1"])[0].true_objective_mean is None
+
+
+def test_true_objective_reads_the_policys_row_of_a_game() -> None:
+    game = {"objectives": [1.0, 0.0], "policy_row": 1}
+    assert true_objective(game) == 0.0
+    assert true_objective({"objectives": [1.0, float("nan"), 0.0]}) == 0.5  # the rows that report one
+    assert true_objective({"objectives": [float("nan")]}) is None
+    assert true_objective({"true_objective": 3}) == 3.0 and true_objective({}) is None
