@@ -2,6 +2,11 @@
 
     python benchmarks/doom_learning.py --scenario=basic --agent_steps=500000 --seeds 0 1 2 \\
         --sf_python=SF_VENV/bin/python [--out DIR]
+    python benchmarks/doom_learning.py --scenario=duel --agent_steps=4000000 --seeds 0
+
+`--scenario=duel`: doom_duel by self-play against a pool of 8 past selves (--selfplay_pool=8), evaluated every
+--eval_every agent steps by 4 games against a built-in bot; the table is its frags per game against the bot
+(eval/true_objective) at each evaluation and its win rate against its pool over the first and last tenth of the run.
 
 appo: `train_appo.py --env=doom_<scenario>` with its preset, one seed after the other (benchmarks/learning_suite.py
 runs them and reads `episode/return_mean`, the mean of the last 100 episodes, in the game's own units).
@@ -21,6 +26,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +70,20 @@ def sf_run(sf_python: str, scenario: str, agent_steps: int, out: Path, seed: int
     return steps / FRAMESKIP, values / SF_SCALING.get(scenario, 1.0)
 
 
+def duel_row(run: Any) -> str:
+    """A duel run's frags per game against the bot at each evaluation and its win rate against its pool, first
+    tenth of the run against the last."""
+    acc = load_events(run.folder / "summaries" / "0")
+    frags = scalar_series(acc, "eval/true_objective")
+    wins = scalar_series(acc, "selfplay/pool_win_rate")
+    line = f"seed {run.seed} (exit {run.status}, {run.wall:.0f} s): frags per game vs the bot "
+    line += " ".join(f"{int(s) // 1000}k:{v:.2f}" for s, v in zip(frags[0], frags[2], strict=True)) if frags else "-"
+    if wins is not None and len(wins[2]) >= 10:
+        tenth = len(wins[2]) // 10
+        line += f" | pool win rate {np.mean(wins[2][:tenth]):.2f} -> {np.mean(wins[2][-tenth:]):.2f}"
+    return line
+
+
 def plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], title: str, out: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -90,8 +110,15 @@ def main() -> int:
     parser.add_argument("--sf_python", default="", help="Sample Factory 2.1.1's interpreter (empty: appo alone)")
     parser.add_argument("--sf_seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("train_dir") / "doom_learning")
+    parser.add_argument("--eval_every", type=int, default=250_000, help="duel: agent steps between evaluations")
     args, extra = parser.parse_known_args()
     env = f"doom_{args.scenario}"
+    if args.scenario == "duel":
+        extra = ["--selfplay_pool=8", f"--eval_interval={args.eval_every}", "--eval_episodes=4", *extra]
+        runs = run_all([(env, seed) for seed in args.seeds], args.agent_steps, args.out / "appo", extra, parallel=1)
+        for run in runs:
+            print(duel_row(run))
+        return 0 if all(run.status == 0 for run in runs) else 1
     runs = run_all([(env, seed) for seed in args.seeds], args.agent_steps, args.out / "appo", extra, parallel=1)
     results = [read(run, eval_episodes=0) for run in runs]
     curves = {f"appo seed {r.run.seed}": (r.steps, r.values) for r in results if len(r.values)}

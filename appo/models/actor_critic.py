@@ -165,10 +165,11 @@ class ActorCritic(nn.Module):
                 found += [(key, encoder.images[key]) for key in encoder.image_keys]
         return found
 
-    def pixel_batches(self, obs: Tensor, most: int = 256) -> list[tuple[RunningMeanStd, Tensor]]:
-        """(a convnet's pixel normaliser, the pixels [n, C, H, W] it learns from) for each convnet that standardises
-        its pixels (--normalize_images), from observations [n, *obs_shape]: every k-th of them, at most `most`
-        (a few hundred frames estimate a pixel's mean and spread as well as thousands, at a fraction of the cost)."""
+    def pixel_batches(self, obs: Tensor, most: int = 128) -> list[tuple[RunningMeanStd, Tensor]]:
+        """(a convnet's pixel normaliser, the pixels [n, *its image shape] it learns from) for each convnet that
+        standardises its pixels (--normalize_images), from observations [n, *obs_shape]: every k-th of them, at most
+        `most` (a hundred frames a batch, over the batches of a run, estimate a pixel's mean and spread; the whole
+        batch would cost a tenth of the learner's time)."""
         pairs = [(key, e) for key, e in self.image_encoders() if e.pixel_normalizer is not None]
         if not pairs:
             return []

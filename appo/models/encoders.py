@@ -105,7 +105,6 @@ class ImageEncoder(nn.Module):
         self.flat_size = oh * ow * (IMPALA_CHANNELS[-1] if kind == "impala" else CONV_STACKS[kind][-1][0])
         self.out_size = FC_SIZES[kind]
         self.activation = _ACTIVATIONS[CONV_ACTIVATIONS[kind]]
-        self.pixel_shape = (c, h, w)
         self.pixel_normalizer: RunningMeanStd | None = None  # --normalize_images (`normalize_pixels`)
 
     def _finish(self) -> None:
@@ -121,22 +120,34 @@ class ImageEncoder(nn.Module):
     def normalize_pixels(self) -> None:
         """From now on every pixel is standardised by running statistics of its own before the convs (Sample
         Factory's --normalize_input on images: a static background reads as zeros, what moves stands out). The
-        learner updates them from `pixels` of its batches; they travel with the weights as buffers."""
-        self.pixel_normalizer = RunningMeanStd(self.pixel_shape)
+        statistics are of the scaled pixels in the observation's own layout; the learner updates them from `pixels`
+        of its batches; they travel with the weights as buffers."""
+        self.pixel_normalizer = RunningMeanStd(self.obs_shape)
 
     def pixels(self, obs: Tensor) -> Tensor:
-        """obs [*lead, *obs_shape] -> what the convs read before any standardisation: [B, C, H, W] float, scaled."""
+        """obs [*lead, *obs_shape] -> [B, *obs_shape] float, divided by the divisor: what the statistics learn."""
         x = obs.reshape(-1, *self.obs_shape).float()
-        if self.divisor != 1.0:
-            x = x / self.divisor
-        return x.permute(0, 3, 1, 2) if self.channels_last else x
+        return x / self.divisor if self.divisor != 1.0 else x
+
+    def pixel_affine(self) -> tuple[Tensor, Tensor]:
+        """(scale, shift) [*obs_shape] float32 with (raw pixel) * scale - shift = (pixel / divisor - mean) / std:
+        the standardisation as one pass over a fresh float copy of the frames, in their own layout."""
+        norm = self.pixel_normalizer
+        std = torch.sqrt(norm.var + norm.epsilon)
+        return (1.0 / (self.divisor * std)).float(), (norm.mean / std).float()
 
     def forward(self, obs: Tensor) -> Tensor:
         """obs [*lead, *obs_shape] -> features [*lead, out_size]."""
         lead = obs.shape[: obs.dim() - 3]
-        x = self.pixels(obs)
-        if self.pixel_normalizer is not None:
-            x = self.pixel_normalizer.normalize(x)
+        if self.pixel_normalizer is None:
+            x = self.pixels(obs)
+        else:
+            scale, shift = self.pixel_affine()
+            x = obs.reshape(-1, *self.obs_shape).to(torch.float32, copy=True).mul_(scale).sub_(shift)
+            if self.pixel_normalizer.clip is not None:
+                x = x.clamp_(-self.pixel_normalizer.clip, self.pixel_normalizer.clip)
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)
         x = self.convs(x)
         return self.fc(x.flatten(1)).reshape(*lead, self.out_size)  # (flatten: batch-size free in traced graphs)
 

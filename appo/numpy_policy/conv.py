@@ -17,8 +17,8 @@ Arrays run channels-last (N, H, W, C) inside: a conv is im2col by strided window
 A spec (what the description of a model carries, besides the state): {"kind": "nature" | "simple" | "impala",
 "channels_last": bool (the observation's layout), "divisor": float (255 for uint8 images, else 1: the pixels are
 divided by it)}, and with --normalize_images "pixel_epsilon" and "pixel_clip" (the pixels, once divided, are
-standardised by the running statistics `pixel_normalizer.mean` / `.var` of the state: (x - mean) / sqrt(var +
-epsilon), clipped to +-clip).
+standardised by the running statistics `pixel_normalizer.mean` / `.var` of the state, in the observation's own
+layout: (x - mean) / sqrt(var + epsilon), clipped to +-clip; computed as x * scale - shift in one pass).
 """
 
 from __future__ import annotations
@@ -102,11 +102,13 @@ class ImageEncoderPass:
                 (*conv_weight(state, f"{prefix}.body.{2 * i}"), stride)
                 for i, (_, _, stride) in enumerate(CONV_STACKS[self.kind])
             ]
-        self.pixel_mean = self.pixel_std = None
-        if "pixel_epsilon" in spec:  # [C, H, W] statistics as [H, W, C], the arrays' layout here
-            self.pixel_mean = f32(state[f"{prefix}.pixel_normalizer.mean"]).transpose(1, 2, 0).copy()
-            var = np.asarray(state[f"{prefix}.pixel_normalizer.var"], dtype=np.float64).transpose(1, 2, 0)
-            self.pixel_std = np.sqrt(var + spec["pixel_epsilon"]).astype(np.float32)
+        self.pixel_scale = self.pixel_shift = None
+        if "pixel_epsilon" in spec:  # statistics in the observation's layout, made [H, W, C] as the arrays here
+            mean = np.asarray(state[f"{prefix}.pixel_normalizer.mean"], dtype=np.float64)
+            std = np.sqrt(np.asarray(state[f"{prefix}.pixel_normalizer.var"], dtype=np.float64) + spec["pixel_epsilon"])
+            scale, shift = (1.0 / (float(spec["divisor"]) * std)).astype(np.float32), (mean / std).astype(np.float32)
+            order = (0, 1, 2) if self.channels_last else (1, 2, 0)
+            self.pixel_scale, self.pixel_shift = (a.transpose(order).copy() for a in (scale, shift))
             self.pixel_clip = spec["pixel_clip"]
         self.fc_w = f32(state[f"{prefix}.fc.0.weight"])  # [F, C * H * W], columns permuted on the first call
         self.fc_b = f32(state[f"{prefix}.fc.0.bias"])
@@ -115,12 +117,13 @@ class ImageEncoderPass:
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         # Channels-last and contiguous in one copy: the convs' strided windows then read whole pixels at a time.
         x = np.ascontiguousarray(obs if self.channels_last else obs.transpose(0, 2, 3, 1), dtype=np.float32)
-        if self.divisor != 1.0:  # in place only on the copy: never scale the caller's own float array
-            x = x / self.divisor if np.may_share_memory(x, obs) else np.divide(x, self.divisor, out=x)
-        if self.pixel_mean is not None:
-            x = (x - self.pixel_mean) / self.pixel_std
+        if self.pixel_scale is not None:  # --normalize_images: x * scale - shift = (x / divisor - mean) / std
+            x = x * self.pixel_scale if np.may_share_memory(x, obs) else np.multiply(x, self.pixel_scale, out=x)
+            x -= self.pixel_shift
             if self.pixel_clip is not None:
                 np.clip(x, -self.pixel_clip, self.pixel_clip, out=x)
+        elif self.divisor != 1.0:  # in place only on the copy: never scale the caller's own float array
+            x = x / self.divisor if np.may_share_memory(x, obs) else np.divide(x, self.divisor, out=x)
         act = self.activation
         if self.kind == "impala":
             for conv, *res in self.stacks:

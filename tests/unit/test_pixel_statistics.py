@@ -73,13 +73,13 @@ def test_the_update_learns_the_pixels_of_the_steps_that_train() -> None:
     steps[:3] = True  # the other rows are a pool's or padding: their frames are black
     obs[3:] = 0
     update_pixel_normalizers(model, Ranks(), obs, steps)
-    taken = obs[:3].reshape(-1, *FRAMES.shape)[:: -(-30 // 256)].double() / 255
+    taken = obs[:3].reshape(-1, *FRAMES.shape)[:: -(-30 // 128)].double() / 255
     assert float(norm.count) == 30
     torch.testing.assert_close(norm.mean, taken.mean(0))
     torch.testing.assert_close(norm.var, taken.var(0, correction=0))
-    # A big batch: a strided subset of at most 256 frames.
+    # A big batch: a strided subset of at most 128 frames.
     update_pixel_normalizers(model, Ranks(), obs.repeat(100, 1, 1, 1, 1), None)
-    assert float(norm.count) == 30 + len(range(0, 6000, -(-6000 // 256)))
+    assert float(norm.count) == 30 + len(range(0, 6000, -(-6000 // 128)))
 
 
 def test_without_the_flag_there_are_no_pixel_statistics() -> None:
