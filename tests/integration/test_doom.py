@@ -235,3 +235,39 @@ def test_a_launcher_whose_starter_is_gone_removes_the_queues_made_for_its_game()
     finally:
         for path in made:
             path.unlink(missing_ok=True)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow
+def test_doom_basic_trains_on_a_private_ray_instance_and_leaves_no_game(train_dir: Path) -> None:
+    """--backend=ray: the actor workers are Ray actors (their games descend from Ray's workers, not from the driver),
+    the conv model trains and checkpoints, and when the run ends no game, no /dev/shm entry of theirs and no Ray
+    process is left."""
+    from tests.integration.test_pixel_backends import RAY, check_run
+    from tests.integration.test_ray_backend import ACTOR_LINE, Run
+    from tests.support.ray_cluster import TAG, RayWatch
+
+    pytest.importorskip("ray")
+    flags = ["--env=doom_basic", "--num_envs_per_worker=4", "--rollout=32", "--batch_size=256", "--rnn_size=64"]
+    ray, seen = RayWatch(), {}
+    with Run(train_dir, [*flags, "--train_for_env_steps=1024", *RAY], env=ray.env) as run:
+        run.wait_for(ACTOR_LINE.pattern, timeout=150, count=2)
+        while run.proc.poll() is None:  # the run's games: those whose environment holds its Ray tag
+            ray.look()
+            for pid, instance in games().items():
+                try:
+                    if pid not in seen and psutil.Process(pid).environ().get(TAG) == ray.tag:
+                        seen[pid] = instance
+                except psutil.Error:
+                    continue
+            time.sleep(0.1)
+        status = run.finish(timeout=200)
+    assert status == 0, run.output()
+    check_run(train_dir / "run", 1024, (32, 3, 8, 8), run.output())  # Sample Factory's "simple" convnet
+    assert len(seen) == 8, seen  # 2 workers x 4 games
+    assert not wait_until_gone(list(seen)), "a game outlived the run"
+    assert not shm_of(seen.values())
+    deadline = time.monotonic() + 5
+    while (left := ray.alive()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"Ray processes left: {left}"

@@ -140,6 +140,14 @@ class RayActorWorker:
             "parked": not worker.pending,
         }
 
+    def close(self) -> None:
+        """Close the envs before the driver kills this actor: games that run processes of their own (vizdoom's)
+        then end as they should, their shared memory with them; a kill alone takes the envs' helpers down with the
+        actor (Ray ends a killed worker's children) before they can clean up."""
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
     def final_reports(self) -> list:
         """The episodes finished since the last report, at the run's end (as a local actor's last report)."""
         return [] if self.worker is None else self.worker.reports(force=True)

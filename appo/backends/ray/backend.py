@@ -301,9 +301,19 @@ class RayBackend(LocalBackend):
             out += result.get("reports", []) if isinstance(result, dict) else result
         return out
 
-    def kill_actors(self) -> None:
+    def kill_actors(self, close_timeout: float = 10.0) -> None:
+        """Each actor asked to close its envs (behind the calls it has queued; up to `close_timeout` seconds for
+        all), then killed."""
         import ray
 
+        closing = []
+        for state in self.actors:
+            try:
+                closing.append(state.handle.close.remote())
+            except Exception:  # an actor class without envs to close, or one gone with its node
+                continue
+        if closing and close_timeout > 0:
+            ray.wait(closing, num_returns=len(closing), timeout=close_timeout)
         for state in self.actors:
             try:
                 ray.kill(state.handle, no_restart=True)
@@ -323,7 +333,7 @@ class RayBackend(LocalBackend):
 
     def kill_all(self) -> None:
         try:
-            self.kill_actors()
+            self.kill_actors(close_timeout=3.0)
             self.kill_shards()
         finally:
             super().kill_all()
