@@ -10,7 +10,7 @@ end; the agent steps reached; each process kind's share of its wall time from th
 waiting, the learner training); and the learner's achieved GFLOP/s: the floating-point operations of one training
 sample (the model's forward and backward pass, counted by torch's FlopCounterMode, times the epochs, plus the no-grad
 pass where the algorithm makes one) times the samples the learner trained per second of its training time
-(`train/learner_samples_per_sec`, the run's median). The machine's peak is torch's own float32 GEMM (4096 x 4096,
+(`perf/learner_samples_per_sec`, the run's median). The machine's peak is torch's own float32 GEMM (4096 x 4096,
 --learner_threads threads) timed before the runs. The table ends with the median over seeds; a run that never
 reached the target counts as the budget (and says so). Flags it does not know go to every run."""
 
@@ -107,7 +107,7 @@ def run(env: str, seed: int, minutes: float, out: Path, extra: list[str]) -> dic
                 proc.wait()
     acc = load_events(out / name / "summaries" / "0")
     returns = scalar_series(acc, "episode/return_mean")
-    rates = scalar_series(acc, "train/learner_samples_per_sec")
+    rates = scalar_series(acc, "perf/learner_samples_per_sec")
     steps, walls, values = returns if returns is not None else (np.zeros(0),) * 3
     minutes_at = (walls - began) / 60
     return {
@@ -133,7 +133,7 @@ def main() -> int:
     threads = parse_cfg(flags).learner_threads or torch.get_num_threads()
     peak = gemm_gflops(threads)
     flops = flops_per_sample(flags)
-    print(f"GEMM peak {peak:.0f} GFLOP/s on {threads} threads; {flops / 1e6:.0f} MFLOP per training sample")
+    print(f"GEMM peak {peak:.0f} GFLOP/s on {threads} threads; {flops / 1e6:.3g} MFLOP per training sample")
     results = [run(args.env, seed, args.minutes, args.out, extra) for seed in args.seeds]
     quarters = [args.minutes * q for q in (0.25, 0.5, 0.75, 1.0)]
     reached = []
