@@ -115,22 +115,22 @@ def env_kwargs(cfg: Any) -> dict[str, Any]:
     return kwargs
 
 
+def _family_kwargs(cfg: Any, hook: str) -> dict[str, Any]:
+    """The keywords the env's family hook `hook` gives for `cfg`; empty where the family has no such hook."""
+    family = family_of(cfg.env)
+    return getattr(family, hook)(cfg) if family is not None and hasattr(family, hook) else {}
+
+
 def training_kwargs(cfg: Any, training: bool) -> dict[str, Any]:
     """Constructor keywords for the envs that collect training experience only (Atari's episodic life): the
     family's `training_kwargs`."""
-    family = family_of(cfg.env)
-    if not training or family is None or not hasattr(family, "training_kwargs"):
-        return {}
-    return family.training_kwargs(cfg)
+    return _family_kwargs(cfg, "training_kwargs") if training else {}
 
 
 def evaluation_kwargs(cfg: Any, evaluation: bool) -> dict[str, Any]:
     """Constructor keywords for the evaluator's env only (a duel's evaluation game against a built-in bot): the
     family's `evaluation_kwargs`."""
-    family = family_of(cfg.env)
-    if not evaluation or family is None or not hasattr(family, "evaluation_kwargs"):
-        return {}
-    return family.evaluation_kwargs(cfg)
+    return _family_kwargs(cfg, "evaluation_kwargs") if evaluation else {}
 
 
 def make_run_vector(cfg: Any) -> Callable[[int], Any] | None:
