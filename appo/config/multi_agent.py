@@ -21,6 +21,11 @@ class MultiAgentCfg:
         "spread (spaced over the whole run: a new one replaces the snapshot whose loss leaves the smallest gap, "
         "never the first)",
     )
+    doom_damage_reward: float = _f(
+        0.0,
+        "Doom matches (doom_duel, doom_deathmatch_bots): reward per point of damage a player deals, less as much per "
+        "point it takes, added to its frags minus deaths in training games only; 0: frags and deaths alone",
+    )
     obs_agent_id: bool = _f(
         False,
         "multi-agent envs: append a one-hot of the agent (its row, in possible_agents' order) to its observation, so "

@@ -33,6 +33,8 @@ def _selfplay(cfg: Cfg) -> list[str]:
         errors.append(f"--selfplay_snapshot_every={cfg.selfplay_snapshot_every}: must be >= 1")
     if not 0.0 <= cfg.selfplay_pool_prob <= 1.0:
         errors.append(f"--selfplay_pool_prob={cfg.selfplay_pool_prob}: must be in [0, 1]")
+    if cfg.doom_damage_reward < 0:
+        errors.append(f"--doom_damage_reward={cfg.doom_damage_reward}: must be >= 0 (0: frags and deaths alone)")
     return errors
 
 

@@ -74,6 +74,13 @@ def make(name: str, max_episode_steps: int = 0, **kwargs: Any) -> gym.Env:
     return env
 
 
+def training_kwargs(cfg: Any) -> dict[str, Any]:
+    """The matches' damage reward (--doom_damage_reward) in the games that collect training experience only: the
+    evaluator's and enjoy.py's games pay frags and deaths alone, in the game's own units."""
+    damage = float(getattr(cfg, "doom_damage_reward", 0.0))
+    return {"damage_reward": damage} if cfg.env in ENVS and damage else {}
+
+
 def evaluation_kwargs(cfg: Any) -> dict[str, Any]:
     """The evaluator's game (--eval_interval): a duel policy plays one of vizdoom's built-in bots on the duel's own
     map, so its frags per game (eval/true_objective) measure it against a fixed opponent as self-play goes on."""

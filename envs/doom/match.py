@@ -12,8 +12,11 @@ Each player is a process of its own (envs/doom/player_server.py), player 0 the h
 system hands out free at the first reset (so no two matches of any run on this machine share one). Observations as
 the single-player scenarios' (the 128x72 screen beside the health and the selected weapon's ammo); frame skip 4; a
 dead player respawns at once. Rewards: +1 a frag, -1 a death (a suicide costs both), so a player's return is its
-frags minus its deaths. The match ends (terminated) at its time limit; each player's info then holds its frags and,
-as its true objective, the duel's result (1 a win by frags, 0.5 a draw, 0 a loss) or its frags against bots."""
+frags minus its deaths; with `damage_reward` > 0 (--doom_damage_reward; Sample Factory's self-play duels shape
+theirs so) also that much per point of damage the player deals, less that much per point it takes: a hit pays
+before the frag it leads to, which a pair that has learned only to dodge needs to learn to aim. The match ends
+(terminated) at its time limit; each player's info then holds its frags, deaths, damage dealt and taken and, as its
+true objective, the duel's result (1 a win by frags, 0.5 a draw, 0 a loss) or its frags against bots."""
 
 from __future__ import annotations
 
@@ -55,16 +58,21 @@ class DoomMatch:
         minutes: float | None = None,
         frameskip: int = 4,
         max_steps: int = 0,
+        damage_reward: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         scenario, defaults = MATCHES[name]
         self.scenario, self.frameskip, self.max_steps = scenario, frameskip, max_steps
+        self.damage_reward = float(damage_reward)
         self.players = int(defaults["players"] if players is None else players)
         self.bots = int(defaults["bots"] if bots is None else bots)
         self.minutes = float(defaults["minutes"] if minutes is None else minutes)
         self.limit = int(round(self.minutes * 60 * 35))  # the match in tics (35 a second)
-        if self.players < 1 or self.bots < 0 or self.minutes <= 0:
-            raise ValueError(f"--env={name}: needs players >= 1, bots >= 0, minutes > 0 ({players}, {bots}, {minutes})")
+        if self.players < 1 or self.bots < 0 or self.minutes <= 0 or self.damage_reward < 0:
+            raise ValueError(
+                f"--env={name}: needs players >= 1, bots >= 0, minutes > 0 and --doom_damage_reward >= 0 "
+                f"({players}, {bots}, {minutes}, {damage_reward})"
+            )
         self.render_mode = render_mode
         self.possible_agents = [f"player_{i}" for i in range(self.players)]
         self.agents: list[str] = []
@@ -76,7 +84,7 @@ class DoomMatch:
         self._obs_space = gym.spaces.Dict({"screen": screen, "vars": variables})
         self._act_space = gym.spaces.Discrete(len(self.actions))
         self.procs: list[PlayerProcess] = []
-        self.counts = np.zeros((self.players, 2))  # each player's frags and deaths (the game's totals)
+        self.counts = np.zeros((self.players, 4))  # each player's frags, deaths, damage dealt and taken (totals)
         self.start_counts = self.counts
         self.steps = self.tics = 0
         self.last: dict[str, Any] = {}
@@ -128,19 +136,21 @@ class DoomMatch:
         counts = np.array([reply[1] for reply in replies])
         gained = counts - self.counts
         self.counts = counts
-        episode = counts - self.start_counts  # this episode's frags and deaths
+        episode = counts - self.start_counts  # this episode's frags, deaths and damage
         self.steps += 1
         self.tics += tic + 1
         finished = any(reply[2] for reply in replies) or self.tics >= self.limit
         truncated = not finished and 0 < self.max_steps <= self.steps
         agents = self.possible_agents
         self.last = {a: reply[0] for a, reply in zip(agents, replies, strict=True)}
-        rewards = {a: float(gained[i, 0] - gained[i, 1]) for i, a in enumerate(agents)}
+        paid = gained[:, 0] - gained[:, 1] + self.damage_reward * (gained[:, 2] - gained[:, 3])
+        rewards = {a: float(paid[i]) for i, a in enumerate(agents)}
         infos: dict[str, dict] = {a: {} for a in agents}
         if finished or truncated:
             frags = episode[:, 0]
             for i, a in enumerate(agents):
                 infos[a] = {"frags": float(frags[i]), "deaths": float(episode[i, 1])}
+                infos[a] |= {"damage_dealt": float(episode[i, 2]), "damage_taken": float(episode[i, 3])}
                 if self.players == 2:
                     infos[a][TRUE_OBJECTIVE] = 0.5 if frags[0] == frags[1] else float(frags[i] == frags.max())
                 else:

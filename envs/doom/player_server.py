@@ -9,7 +9,8 @@ pipes for stdin and stdout and speaks to it in pickled requests and replies:
   host's start returns once every player has joined); on the host, `bots` of vizdoom's built-in bots join every
   episode; `limit`: the match's length in tics;
 - ("reset", first) -> (observation, counts): a new episode (not at the first, which the start began, but in a
-  game with bots); counts: the player's frags and deaths, which the game totals over episodes;
+  game with bots); counts: the player's frags, deaths, damage dealt and damage taken (COUNTS), which the game
+  totals over episodes;
 - ("tic", button values, last) -> (observation, counts, finished): one tic with the buttons held (a dead player
   respawns by itself), the observation and counts only at the `last` tic of an agent step or at the episode's
   end (else None). The env advances every player one tic at a time, each tic awaited from all: make_action's
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-COUNTS = ("FRAGCOUNT", "DEATHCOUNT")
+COUNTS = ("FRAGCOUNT", "DEATHCOUNT", "DAMAGECOUNT", "DAMAGE_TAKEN")
 
 
 class PlayerProcess:
@@ -104,7 +105,7 @@ class _Server:
         return self.player.observe(), self._counts()
 
     def _counts(self) -> tuple[float, ...]:
-        """The player's frags and deaths: the game's totals (a new episode does not reset them)."""
+        """The player's COUNTS: the game's totals (a new episode does not reset them)."""
         return tuple(self.player.variable(name) - float(self.offset[i]) for i, name in enumerate(COUNTS))
 
     def tic(self, buttons: list[float], last: bool) -> tuple[Any, tuple[float, ...] | None, bool]:

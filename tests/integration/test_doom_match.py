@@ -57,7 +57,9 @@ def play(env: DoomMatch, rng: np.random.Generator) -> tuple[int, dict[str, float
 
 
 def test_a_duel_plays_through_the_network_game_and_its_processes_end_with_it() -> None:
-    env = DoomMatch("doom_duel", minutes=0.05)  # 105 tics: 26 or 27 steps of 4
+    """Two episodes of a short duel; returns are frags minus deaths plus the damage reward (--doom_damage_reward)
+    for damage dealt less damage taken, and in a duel one player's damage dealt is the other's taken."""
+    env = DoomMatch("doom_duel", minutes=0.05, damage_reward=0.01)  # 105 tics: 26 or 27 steps of 4
     rng = np.random.default_rng(0)
     try:
         assert not player_processes(os.getpid())  # built, not started
@@ -68,8 +70,11 @@ def test_a_duel_plays_through_the_network_game_and_its_processes_end_with_it() -
             assert len(started) == 2 and len(player_processes(os.getpid())) == 2
             frags = [infos[a]["frags"] for a in env.possible_agents]
             for a, mine, theirs in zip(env.possible_agents, frags, frags[::-1], strict=True):
-                assert returns[a] == pytest.approx(mine - infos[a]["deaths"])
+                damage = infos[a]["damage_dealt"] - infos[a]["damage_taken"]
+                assert returns[a] == pytest.approx(mine - infos[a]["deaths"] + 0.01 * damage)
                 assert infos[a][TRUE_OBJECTIVE] == (0.5 if mine == theirs else float(mine > theirs))
+            one, other = (infos[a] for a in env.possible_agents)
+            assert one["damage_dealt"] == other["damage_taken"] and one["damage_taken"] == other["damage_dealt"]
     finally:
         players = player_processes(os.getpid())
         env.close()
@@ -105,11 +110,12 @@ def test_a_match_against_bots_counts_the_players_frags_and_deaths() -> None:
 def test_a_duel_runs_evaluation_plays_a_built_in_bot_and_reports_its_frags(train_dir: Path) -> None:
     """--eval_interval on doom_duel: the evaluator's game is one learning player against one of vizdoom's bots on the
     duel's map (the actors' stay the two-player duel); eval/true_objective is the policy's frags per game, and its
-    return (frags - deaths) is never above them."""
-    cfg = Cfg(env="doom_duel")
+    return (frags - deaths: the damage reward pays in training games only) is never above them."""
+    cfg = Cfg(env="doom_duel", doom_damage_reward=0.01)
     envs = [make_run_env(cfg, training=True), make_run_env(cfg, evaluation=True)]
-    assert [(e.num_agents, e.env.bots) for e in envs] == [(2, 0), (1, 1)]  # built, not started: no game yet
+    assert [(e.num_agents, e.env.bots, e.env.damage_reward) for e in envs] == [(2, 0, 0.01), (1, 1, 0.0)]
     args = ["--env=doom_duel", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=2", "--rnn_size=64"]
+    args += ["--doom_damage_reward=0.01"]
     args += ["--batch_size=256", "--max_episode_steps=50", "--eval_interval=256", "--eval_episodes=2"]
     args += ["--train_for_env_steps=1024", f"--train_dir={train_dir}", "--experiment=duel_eval"]
     result = run_script("train_appo.py", args, timeout=300)
@@ -121,7 +127,7 @@ def test_a_duel_runs_evaluation_plays_a_built_in_bot_and_reports_its_frags(train
     returns = {e.step: e.value for e in acc.Scalars("eval/return_mean")}
     assert len(frags) >= 3 and frags.keys() == returns.keys()
     assert all(v >= 0 and v * 2 == int(v * 2) for v in frags.values())  # whole frags, mean of 2 games
-    assert all(returns[s] <= frags[s] for s in frags)
+    assert all(returns[s] <= frags[s] and returns[s] * 2 == int(returns[s] * 2) for s in frags)
 
 
 def test_two_duels_at_once_take_ports_of_their_own() -> None:

@@ -79,7 +79,11 @@ def test_verify_names_flag_and_valid_values():
 
 @pytest.mark.parametrize(
     "args, fragment",
-    [(["--num_workers=0"], "--num_workers=0: must be > 0"), (["--rnn_type=tcn"], "--rnn_type=tcn: must be one of")],
+    [
+        (["--num_workers=0"], "--num_workers=0: must be > 0"),
+        (["--rnn_type=tcn"], "--rnn_type=tcn: must be one of"),
+        (["--doom_damage_reward=-0.01"], "--doom_damage_reward=-0.01: must be >= 0"),
+    ],
 )
 def test_bad_flag_exits_2_with_one_line(tmp_path, args, fragment):
     proc = subprocess.run(
