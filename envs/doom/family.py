@@ -88,7 +88,9 @@ def evaluation_kwargs(cfg: Any) -> dict[str, Any]:
 
 
 def preset(env_name: str, env_steps: int | None, given: Mapping[str, Any]) -> dict[str, Any] | None:
-    if env_name in ENVS:  # frags and deaths: rewards of 1 already
+    if env_name == "doom_duel":  # frags and deaths: rewards of 1 already; damage pays a hit before its frag
+        return DOOM_PRESET | {"doom_damage_reward": 0.01}
+    if env_name in ENVS:
         return dict(DOOM_PRESET)
     scenario = SCENARIOS.get(env_name[len("doom_") :]) if env_name.startswith(PREFIXES) else None
     if scenario is None:

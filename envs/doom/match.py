@@ -2,9 +2,10 @@
 AgentEnv steps as a row per player): learning players in one deathmatch through vizdoom's network game on
 loopback, with vizdoom's built-in bots where asked.
 
-- `doom_duel`: two learning players on multi_duel (its buttons: strafe left and right, attack), a match of
-  `minutes` of game time (1 by default: 525 steps of 4 tics). Self-play against a pool, or two populations in one
-  game, as on paddle_duel.
+- `doom_duel`: two learning players on multi_duel with deathmatch's controls (turn, move, strafe, attack: 54 joint
+  actions; the .cfg's own strafe and attack leave a player unable to face the other, and self-play settles into
+  0-0 games), a match of `minutes` of game time (1 by default: 525 steps of 4 tics). Self-play against a pool, or
+  two populations in one game, as on paddle_duel.
 - `doom_deathmatch_bots`: one learning player against `bots` built-in bots (4 by default) on multi_deathmatch
   (turn, move, strafe, attack), a match of 2 minutes.
 
@@ -32,7 +33,7 @@ from appo.envs.doom.scenarios import ATTACK, MOVE, STRAFE, TURN, Scenario
 
 VARIABLES = ["HEALTH", "SELECTED_WEAPON_AMMO"]
 MATCHES = {
-    "doom_duel": (Scenario("multi_duel.cfg", (STRAFE, ATTACK)), dict(players=2, bots=0, minutes=1.0)),
+    "doom_duel": (Scenario("multi_duel.cfg", (TURN, MOVE, STRAFE, ATTACK)), dict(players=2, bots=0, minutes=1.0)),
     "doom_deathmatch_bots": (
         Scenario("multi.cfg", (TURN, MOVE, STRAFE, ATTACK)),
         dict(players=1, bots=4, minutes=2.0),

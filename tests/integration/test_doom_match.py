@@ -58,7 +58,8 @@ def play(env: DoomMatch, rng: np.random.Generator) -> tuple[int, dict[str, float
 
 def test_a_duel_plays_through_the_network_game_and_its_processes_end_with_it() -> None:
     """Two episodes of a short duel; returns are frags minus deaths plus the damage reward (--doom_damage_reward)
-    for damage dealt less damage taken, and in a duel one player's damage dealt is the other's taken."""
+    for damage dealt less damage taken, and in a duel one player's damage dealt is taken by the other (who may
+    also take its own rockets' blast)."""
     env = DoomMatch("doom_duel", minutes=0.05, damage_reward=0.01)  # 105 tics: 26 or 27 steps of 4
     rng = np.random.default_rng(0)
     try:
@@ -74,7 +75,7 @@ def test_a_duel_plays_through_the_network_game_and_its_processes_end_with_it() -
                 assert returns[a] == pytest.approx(mine - infos[a]["deaths"] + 0.01 * damage)
                 assert infos[a][TRUE_OBJECTIVE] == (0.5 if mine == theirs else float(mine > theirs))
             one, other = (infos[a] for a in env.possible_agents)
-            assert one["damage_dealt"] == other["damage_taken"] and one["damage_taken"] == other["damage_dealt"]
+            assert one["damage_dealt"] <= other["damage_taken"] and other["damage_dealt"] <= one["damage_taken"]
     finally:
         players = player_processes(os.getpid())
         env.close()
@@ -126,7 +127,7 @@ def test_a_duel_runs_evaluation_plays_a_built_in_bot_and_reports_its_frags(train
     frags = {e.step: e.value for e in acc.Scalars("eval/true_objective")}
     returns = {e.step: e.value for e in acc.Scalars("eval/return_mean")}
     assert len(frags) >= 3 and frags.keys() == returns.keys()
-    assert all(v >= 0 and v * 2 == int(v * 2) for v in frags.values())  # whole frags, mean of 2 games
+    assert all(v * 2 == int(v * 2) for v in frags.values())  # whole frags (a suicide's is -1), mean of 2 games
     assert all(returns[s] <= frags[s] and returns[s] * 2 == int(returns[s] * 2) for s in frags)
 
 
