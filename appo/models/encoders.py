@@ -124,10 +124,13 @@ class ImageEncoder(nn.Module):
         of its batches; they travel with the weights as buffers."""
         self.pixel_normalizer = RunningMeanStd(self.obs_shape)
 
-    def pixels(self, obs: Tensor) -> Tensor:
-        """obs [*lead, *obs_shape] -> [B, *obs_shape] float, divided by the divisor: what the statistics learn."""
-        x = obs.reshape(-1, *self.obs_shape).float()
-        return x / self.divisor if self.divisor != 1.0 else x
+    def pixels(self, obs: Tensor, layout: torch.memory_format = torch.contiguous_format) -> Tensor:
+        """obs [*lead, *obs_shape] -> [B, *obs_shape] float32 in `layout`, divided by the divisor: what the statistics
+        learn and, unstandardised, what the convs see. One copy (none for float frames laid out so already)."""
+        x = obs.reshape(-1, *self.obs_shape).to(torch.float32, memory_format=layout)
+        if self.divisor != 1.0:
+            x = x / self.divisor if obs.is_floating_point() else x.div_(self.divisor)
+        return x
 
     def pixel_affine(self) -> tuple[Tensor, Tensor]:
         """(scale, shift) [*obs_shape] float32 with (raw pixel) * scale - shift = (pixel / divisor - mean) / std:
@@ -143,15 +146,13 @@ class ImageEncoder(nn.Module):
         out so in the one float copy its cast makes anyway (a channels-last observation's permuted view already is).
         oneDNN's CPU convolutions train about a third faster on it (Nature CNN, batch 256, forward and backward)."""
         lead = obs.shape[: obs.dim() - 3]
-        x = obs.reshape(-1, *self.obs_shape)
         layout = torch.contiguous_format if self.channels_last else torch.channels_last
         if self.pixel_normalizer is None:
-            x = x.to(torch.float32, memory_format=layout)  # a copy, except of float frames laid out so already
-            if self.divisor != 1.0:
-                x = x / self.divisor if obs.is_floating_point() else x.div_(self.divisor)
+            x = self.pixels(obs, layout)
         else:
             scale, shift = self.pixel_affine()
-            x = x.to(torch.float32, memory_format=layout, copy=True).mul_(scale).sub_(shift)
+            x = obs.reshape(-1, *self.obs_shape).to(torch.float32, memory_format=layout, copy=True)
+            x = x.mul_(scale).sub_(shift)
             if self.pixel_normalizer.clip is not None:
                 x = x.clamp_(-self.pixel_normalizer.clip, self.pixel_normalizer.clip)
         if self.channels_last:
