@@ -16,6 +16,11 @@ which scale a figure is on), so a figure is only comparable on the same scale:
 
   which holds for local_ratio 0.5 only (any other ratio mixes the two terms differently: the per-agent return alone
   no longer determines the score). tests/unit/test_reward_scales.py plays an episode through both definitions.
+- EPyMARL's (uoe-agents/epymarl) on any PettingZoo env: with its default `common_reward=True` and
+  `reward_scalarisation="sum"` its wrapper sums the agents' rewards of each step into one team reward, and the
+  logged return is that summed over the episode: the team's return, N x the per-agent return. (The 2021 EPyMARL
+  paper's MPE figures came from its own fork of the particle envs, whose rewards differ from mpe2's: they are not on
+  this scale.)
 """
 
 from __future__ import annotations
@@ -36,9 +41,16 @@ def mappo_spread_score(per_agent_return: float, agents: int = 3, steps: int = 25
     return 2 * agents * per_agent_return - agents * steps
 
 
+def epymarl_return(per_agent_return: float, agents: int) -> float:
+    """EPyMARL's logged return (common reward, summed) of a PettingZoo episode: the team's return."""
+    return team_return(per_agent_return, agents)
+
+
 def on_scales(env: str, per_agent_return: float, agents: int, steps: int) -> dict[str, float]:
-    """A per-agent return on every scale known for `env`: per agent, per team, and MAPPO's where it applies."""
-    out = {"per_agent": per_agent_return, "per_team": team_return(per_agent_return, agents)}
+    """A per-agent return on every scale known for `env`: per agent, per team, EPyMARL's (a PettingZoo env through its
+    wrapper with the default common reward) and MAPPO's where it applies."""
+    team = team_return(per_agent_return, agents)
+    out = {"per_agent": per_agent_return, "per_team": team, "epymarl": epymarl_return(per_agent_return, agents)}
     if env in MAPPO_SPREAD_ENVS:
         out["mappo"] = mappo_spread_score(per_agent_return, agents, steps)
     return out
