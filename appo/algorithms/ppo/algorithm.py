@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from appo.algorithms.base import Algorithm, NonFiniteGuard
+from appo.algorithms.base import Algorithm, NonFiniteGuard, adam
 from appo.algorithms.common.losses import bounds_loss, entropy_loss, policy_loss, value_loss
 from appo.algorithms.common.lr_schedule import KlAdaptiveRate, log_std_bounds
 from appo.algorithms.common.returns import batch_targets
@@ -47,9 +47,8 @@ class Part(NamedTuple):
 class PPO(Algorithm):
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         super().__init__(cfg, derived, model, device, guard)
-        self.optimizer = torch.optim.Adam(
-            model.parameters(), lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
-        )
+        betas = (cfg.adam_beta1, cfg.adam_beta2)
+        self.optimizer = adam(model.parameters(), cfg.learning_rate, device, betas, cfg.adam_eps)
         # Centre and half-width of the action box, for the bounds loss (None: discrete or unbounded actions).
         self.box: tuple[Tensor, Tensor] | None = None
         bounds = getattr(model, "action_bounds", None)

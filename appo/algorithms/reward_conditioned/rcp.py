@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from appo.algorithms.base import Algorithm, NonFiniteGuard
+from appo.algorithms.base import Algorithm, NonFiniteGuard, adam
 from appo.algorithms.common.returns import return_to_go
 from appo.algorithms.reward_conditioned.udrl import HISTORY_COLUMNS, greedy_returns, remember, stitch
 from appo.config.cfg import Cfg
@@ -106,12 +106,12 @@ class RCP(Algorithm):
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         super().__init__(cfg, derived, model, device, guard)
         self.model: CommandPolicy = model  # type: ignore[assignment]
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+        self.optimizer = adam(model.parameters(), cfg.learning_rate, device)
         self.value: nn.Module | None = None
         if self.advantage:
             trunk, size = build_mlp(self.model.state_dims, cfg.rcp_value_layers, "relu")
             self.value = nn.Sequential(trunk, nn.Linear(size, 1)).to(device)
-            self.value_optimizer = torch.optim.Adam(self.value.parameters(), lr=cfg.learning_rate)
+            self.value_optimizer = adam(self.value.parameters(), cfg.learning_rate, device)
         self.replay = EpisodeFifo(cfg.rcp_replay_transitions)
         self.partial: dict[int, list[tuple[Tensor, Tensor, Tensor]]] = {}
         self.episodes = self.since_iteration = self.iterations = 0

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from appo.algorithms.base import Algorithm, NonFiniteGuard
+from appo.algorithms.base import Algorithm, NonFiniteGuard, adam
 from appo.algorithms.common.returns import return_to_go
 from appo.config.cfg import Cfg
 from appo.config.derive import Derived
@@ -187,7 +187,7 @@ class UDRL(Algorithm):
     def __init__(self, cfg: Cfg, derived: Derived, model: nn.Module, device: str, guard: NonFiniteGuard) -> None:
         super().__init__(cfg, derived, model, device, guard)
         self.model: CommandPolicy = model  # type: ignore[assignment]
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+        self.optimizer = adam(model.parameters(), cfg.learning_rate, device)
         self.buffer = BestEpisodes(cfg.udrl_buffer_episodes)
         self.partial: dict[int, list[tuple[Tensor, Tensor, Tensor]]] = {}  # episode id -> its steps so far
         self.episodes = 0  # whole episodes received over the run

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from appo.algorithms.base import Algorithm, NonFiniteGuard
+from appo.algorithms.base import Algorithm, NonFiniteGuard, adam
 from appo.algorithms.sac.replay import Replay, transitions
 from appo.config.algorithms.sac import learning_starts_of, target_entropy_value
 from appo.config.cfg import Cfg
@@ -51,17 +51,11 @@ class SAC(Algorithm):
         action_dims = len(self.actor.action_scale)
         self.target_entropy = target_entropy_value(cfg, action_dims)
         self.log_alpha = torch.tensor(float(cfg.initial_alpha), device=device).log().requires_grad_(True)
-        # fused: one kernel per parameter group instead of a dozen foreach ops (about 10% of an update on one core)
-        adam = lambda params, lr: torch.optim.Adam(  # noqa: E731
-            params,
-            lr=lr,
-            betas=(cfg.adam_beta1, cfg.adam_beta2),
-            eps=cfg.adam_eps,
-            fused=torch.device(device).type in ("cpu", "cuda"),
-        )
-        self.actor_optimizer = adam(self.actor.parameters(), cfg.actor_lr)
-        self.critic_optimizer = adam(self.critic.parameters(), cfg.critic_lr)
-        self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr)
+        betas = (cfg.adam_beta1, cfg.adam_beta2)
+        optimizer = lambda params, lr: adam(params, lr, device, betas, cfg.adam_eps)  # noqa: E731
+        self.actor_optimizer = optimizer(self.actor.parameters(), cfg.actor_lr)
+        self.critic_optimizer = optimizer(self.critic.parameters(), cfg.critic_lr)
+        self.alpha_optimizer = optimizer([self.log_alpha], cfg.alpha_lr)
         obs_dtype = torch_dtype(stored_obs_dtype(obs_space))  # uint8 frames stay uint8 in the replay
         self.replay = Replay(cfg.replay_size, tuple(obs_space.shape), action_dims, device, obs_dtype)
         self.updates = 0  # gradient updates done (each: critics, actor, alpha, targets)
