@@ -13,9 +13,13 @@ runs them and reads `episode/return_mean`, the mean of the last 100 episodes, in
 Sample Factory: sf_examples.vizdoom.train_vizdoom with its Doom defaults and the same 2 workers x 8 envs, 2 splits,
 on the CPU, trained for 4x the agent steps in frames (frame skip 4); its `reward/reward` (the mean of its last
 episodes) is in its env's units, which for some scenarios it scales (basic: x0.01, `--sf_reward_scaling`), so the
-table divides that scaling out. Flags it does not know go to every appo run (`--policy_init_gain=1`). Prints one
-row per engine (the final training return: appo's median, min and max over seeds), writes `<scenario>.png` with
-every curve against agent steps, and keeps the runs under --out."""
+table divides that scaling out. Where its scenario file pays other rewards than vizdoom's own (the health gathering
+scenarios: 0.01 a tic alive and no death penalty, where vizdoom's pays 1 a tic and -100 at death, plus a bonus for
+each medkit), its return is not in game units and the engines compare by survival instead: the mean episode length
+in tics (Sample Factory's `len/len`, appo's `episode/length_mean` x 4 tics an action). Flags it does not know go to
+every appo run (`--policy_init_gain=1`). Prints one row per engine (the final training return, and the final episode
+length in tics: appo's median, min and max over seeds), writes `<scenario>.png` with every curve against agent steps
+(and `<scenario>_tics.png` with the lengths), and keeps the runs under --out."""
 
 from __future__ import annotations
 
@@ -40,10 +44,18 @@ from appo.tools.plot import load_events, scalar_series  # noqa: E402
 
 FRAMESKIP = 4
 SF_SCALING = {"basic": 0.01}  # sf_examples/vizdoom/doom/doom_utils.py's reward_scaling where it is not 1
+# Scenarios whose Sample Factory .cfg and reward shaping pay other rewards than vizdoom's bundled .cfg (its
+# sf_examples/vizdoom/doom/scenarios/health_gathering*.cfg: living_reward 0.01, death_penalty 0; and
+# DoomGatheringRewardShaping's +1 a medkit): its returns there are not game units.
+SF_OWN_REWARDS = ("health_gathering", "health_gathering_supreme")
 
 
-def sf_run(sf_python: str, scenario: str, agent_steps: int, out: Path, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sample Factory's run: (agent steps, mean episode return in game units) of its summaries."""
+Series = tuple[np.ndarray, np.ndarray]
+
+
+def sf_run(sf_python: str, scenario: str, agent_steps: int, out: Path, seed: int) -> tuple[Series | None, Series]:
+    """Sample Factory's run: (agent steps, mean episode return in game units; None where its rewards are its own)
+    and (agent steps, mean episode length in tics) of its summaries."""
     folder = out / "sf"
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sf_python, "-m", "sf_examples.vizdoom.train_vizdoom", f"--env=doom_{scenario}", f"--seed={seed}"]
@@ -63,11 +75,26 @@ def sf_run(sf_python: str, scenario: str, agent_steps: int, out: Path, seed: int
                 os.killpg(proc.pid, signal.SIGKILL)  # its leftover games (they ignore gentler signals)
             except ProcessLookupError:
                 pass
-    data = scalar_series(load_events(folder / scenario / ".summary" / "0"), "reward/reward")
-    if data is None:
+    return sf_series(folder, scenario)
+
+
+def sf_series(folder: Path, scenario: str) -> tuple[Series | None, Series]:
+    """sf_run's curves, read from the summaries of its run in `folder`."""
+    events = load_events(folder / scenario / ".summary" / "0")
+    data, lengths = scalar_series(events, "reward/reward"), scalar_series(events, "len/len")
+    if data is None or lengths is None:
         raise RuntimeError(f"Sample Factory wrote no reward summaries; its log: {folder / f'{scenario}.out'}")
+    tics = (lengths[0] / FRAMESKIP, lengths[2])
+    if scenario in SF_OWN_REWARDS:
+        return None, tics
     steps, _, values = data
-    return steps / FRAMESKIP, values / SF_SCALING.get(scenario, 1.0)
+    return (steps / FRAMESKIP, values / SF_SCALING.get(scenario, 1.0)), tics
+
+
+def appo_tics(run: Any) -> Series | None:
+    """(agent steps, mean episode length in tics) of an appo run: its length in actions x the frame skip."""
+    data = scalar_series(load_events(run.folder / "summaries" / "0"), "episode/length_mean")
+    return None if data is None else (data[0], data[2] * FRAMESKIP)
 
 
 def duel_row(run: Any) -> str:
@@ -84,7 +111,7 @@ def duel_row(run: Any) -> str:
     return line
 
 
-def plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], title: str, out: Path) -> None:
+def plot(curves: dict[str, Series], title: str, out: Path, ylabel: str) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -95,7 +122,7 @@ def plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], title: str, out: Path
         ax.plot(steps, values, linewidth=1.5 if name.startswith("Sample") else 0.9, label=name)
     ax.set_title(title)
     ax.set_xlabel("agent steps")
-    ax.set_ylabel("training return (mean of the last episodes, game units)")
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.savefig(out, dpi=100)
@@ -121,21 +148,43 @@ def main() -> int:
         return 0 if all(run.status == 0 for run in runs) else 1
     runs = run_all([(env, seed) for seed in args.seeds], args.agent_steps, args.out / "appo", extra, parallel=1)
     results = [read(run, eval_episodes=0) for run in runs]
+    done = [r for r in results if r.run.status == 0 and len(r.values)]
     curves = {f"appo seed {r.run.seed}": (r.steps, r.values) for r in results if len(r.values)}
-    rows = []
-    finals = [r.final for r in results if r.run.status == 0 and len(r.values)]
-    if finals:
-        spread = f"min {min(finals):.1f}, max {max(finals):.1f}"
-        rows.append(f"appo (median of {len(finals)} seeds)   {statistics.median(finals):8.1f}  ({spread})")
+    tics = {f"appo seed {r.run.seed}": t for r in results if (t := appo_tics(r.run)) is not None}
+    rows = [
+        median_row("appo", [r.final for r in done]),
+        median_row("appo", [tics[f"appo seed {r.run.seed}"][1][-1] for r in done], "tics"),
+    ]
     if args.sf_python:
-        steps, values = sf_run(args.sf_python, args.scenario, args.agent_steps, args.out, args.sf_seed)
-        curves["Sample Factory 2.1.1"] = (steps, values)
-        rows.append(f"Sample Factory 2.1.1 (seed {args.sf_seed})    {values[-1]:8.1f}  (at {int(steps[-1]):,} steps)")
-    print(f"\n{env}: training return at {args.agent_steps:,} agent steps (game units)")
-    print("\n".join(rows))
+        returns, lengths = sf_run(args.sf_python, args.scenario, args.agent_steps, args.out, args.sf_seed)
+        name = f"Sample Factory 2.1.1 (seed {args.sf_seed})"
+        if returns is not None:
+            curves["Sample Factory 2.1.1"] = returns
+            rows.append(f"{name}: return {returns[1][-1]:8.1f}  (at {int(returns[0][-1]):,} steps)")
+        else:
+            rows.append(f"{name}: return not in game units (its own scenario file's rewards)")
+        tics["Sample Factory 2.1.1"] = lengths
+        rows.append(f"{name}: episode length {lengths[1][-1]:8.1f} tics  (at {int(lengths[0][-1]):,} steps)")
+    print(f"\n{env}: training return (game units) and episode length at {args.agent_steps:,} agent steps")
+    print("\n".join(row for row in rows if row))
+    title = f"{env}, 2 workers x 8 envs"
     if curves:
-        plot(curves, f"{env}, 2 workers x 8 envs", args.out / f"{args.scenario}.png")
-    return 0 if len(finals) == len(args.seeds) else 1
+        plot(
+            curves, title, args.out / f"{args.scenario}.png", "training return (mean of the last episodes, game units)"
+        )
+    if tics:
+        plot(tics, title, args.out / f"{args.scenario}_tics.png", "episode length (mean of the last episodes, tics)")
+    return 0 if len(done) == len(args.seeds) else 1
+
+
+def median_row(engine: str, finals: list[float], unit: str = "") -> str:
+    """`engine`'s median over seeds with its min and max; empty without a finished seed."""
+    if not finals:
+        return ""
+    what = (
+        f"episode length {statistics.median(finals):8.1f} tics" if unit else f"return {statistics.median(finals):8.1f}"
+    )
+    return f"{engine} (median of {len(finals)} seeds): {what}  (min {min(finals):.1f}, max {max(finals):.1f})"
 
 
 if __name__ == "__main__":
