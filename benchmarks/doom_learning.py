@@ -152,8 +152,8 @@ def main() -> int:
     curves = {f"appo seed {r.run.seed}": (r.steps, r.values) for r in results if len(r.values)}
     tics = {f"appo seed {r.run.seed}": t for r in results if (t := appo_tics(r.run)) is not None}
     rows = [
-        median_row("appo", [r.final for r in done]),
-        median_row("appo", [tics[f"appo seed {r.run.seed}"][1][-1] for r in done], "tics"),
+        median_row("appo", "return", [r.final for r in done]),
+        median_row("appo", "episode length", [tics[f"appo seed {r.run.seed}"][1][-1] for r in done], " tics"),
     ]
     if args.sf_python:
         returns, lengths = sf_run(args.sf_python, args.scenario, args.agent_steps, args.out, args.sf_seed)
@@ -177,14 +177,12 @@ def main() -> int:
     return 0 if len(done) == len(args.seeds) else 1
 
 
-def median_row(engine: str, finals: list[float], unit: str = "") -> str:
-    """`engine`'s median over seeds with its min and max; empty without a finished seed."""
+def median_row(engine: str, what: str, finals: list[float], unit: str = "") -> str:
+    """`engine`'s median of `what` over seeds with its min and max; empty without a finished seed."""
     if not finals:
         return ""
-    what = (
-        f"episode length {statistics.median(finals):8.1f} tics" if unit else f"return {statistics.median(finals):8.1f}"
-    )
-    return f"{engine} (median of {len(finals)} seeds): {what}  (min {min(finals):.1f}, max {max(finals):.1f})"
+    median, spread = statistics.median(finals), f"min {min(finals):.1f}, max {max(finals):.1f}"
+    return f"{engine} (median of {len(finals)} seeds): {what} {median:8.1f}{unit}  ({spread})"
 
 
 if __name__ == "__main__":

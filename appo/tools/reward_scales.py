@@ -49,8 +49,11 @@ def epymarl_return(per_agent_return: float, agents: int) -> float:
 def on_scales(env: str, per_agent_return: float, agents: int, steps: int) -> dict[str, float]:
     """A per-agent return on every scale known for `env`: per agent, per team, EPyMARL's (a PettingZoo env through its
     wrapper with the default common reward) and MAPPO's where it applies."""
-    team = team_return(per_agent_return, agents)
-    out = {"per_agent": per_agent_return, "per_team": team, "epymarl": epymarl_return(per_agent_return, agents)}
+    out = {
+        "per_agent": per_agent_return,
+        "per_team": team_return(per_agent_return, agents),
+        "epymarl": epymarl_return(per_agent_return, agents),
+    }
     if env in MAPPO_SPREAD_ENVS:
         out["mappo"] = mappo_spread_score(per_agent_return, agents, steps)
     return out
