@@ -10,9 +10,10 @@ end; the agent steps reached; each process kind's share of its wall time from th
 waiting, the learner training); and the learner's achieved GFLOP/s: the floating-point operations of one training
 sample (the model's forward and backward pass, counted by torch's FlopCounterMode, times the epochs, plus the no-grad
 pass where the algorithm makes one) times the samples the learner trained per second of its training time
-(`perf/learner_samples_per_sec`, the run's median). The machine's peak is torch's own float32 GEMM (4096 x 4096,
---learner_threads threads) timed before the runs. The table ends with the median over seeds; a run that never
-reached the target counts as the budget (and says so). Flags it does not know go to every run."""
+(`perf/learner_samples_per_sec`, the run's median). The machine's peak is torch's own GEMM (4096 x 4096,
+--learner_threads threads, in the convnets' precision: float32, or bf16 where --learner_precision gives it) timed
+before the runs. The table ends with the median over seeds; a run that never reached the target counts as the budget
+(and says so). Flags it does not know go to every run."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from appo.config.cfg import parse_cfg  # noqa: E402
 from appo.config.derive import derive  # noqa: E402
 from appo.envs import make_run_env  # noqa: E402
+from appo.models.device import compute_dtype  # noqa: E402
 from appo.models.registry import make_model  # noqa: E402
 from appo.protocol.buffers import rnn_state_size  # noqa: E402
 from appo.tools.plot import load_events, scalar_series  # noqa: E402
@@ -40,11 +42,11 @@ from appo.tools.plot import load_events, scalar_series  # noqa: E402
 PROFILE = re.compile(r"(actor worker \d+|learner \d+) profile: wall=([\d.]+)s (.*)")
 
 
-def gemm_gflops(threads: int, size: int = 4096, repeats: int = 5) -> float:
-    """torch's float32 matmul rate on `threads` threads: the best of `repeats`."""
+def gemm_gflops(threads: int, size: int = 4096, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """torch's matmul rate in `dtype` on `threads` threads: the best of `repeats`."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     a @ b
     best = float("inf")
     for _ in range(repeats):
@@ -130,10 +132,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("train_dir") / "time_to_score")
     args, extra = parser.parse_known_args()
     flags = [f"--env={args.env}", *extra]
-    threads = parse_cfg(flags).learner_threads or torch.get_num_threads()
-    peak = gemm_gflops(threads)
+    cfg = parse_cfg(flags)
+    threads = cfg.learner_threads or torch.get_num_threads()
+    dtype = compute_dtype(cfg.learner_precision, "cpu") or torch.float32  # the convnets' (--learner_precision)
+    peak = gemm_gflops(threads, dtype=dtype)
     flops = flops_per_sample(flags)
-    print(f"GEMM peak {peak:.0f} GFLOP/s on {threads} threads; {flops / 1e6:.3g} MFLOP per training sample")
+    print(
+        f"GEMM peak {peak:.0f} GFLOP/s in {str(dtype).removeprefix('torch.')} on {threads} threads; "
+        f"{flops / 1e6:.3g} MFLOP per training sample"
+    )
     results = [run(args.env, seed, args.minutes, args.out, extra) for seed in args.seeds]
     quarters = [args.minutes * q for q in (0.25, 0.5, 0.75, 1.0)]
     reached = []

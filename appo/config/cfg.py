@@ -123,10 +123,9 @@ class LearningCfg:
     num_minibatches_to_accumulate: int = _f(2, "iterations of experience that may wait for the learner")
     learner_world_size: int = _f(1, "data-parallel learner processes per policy (DDP; gloo on CPU, nccl on GPUs)")
     learner_devices: str = _f("", "device of each learner rank, comma-separated (cuda:0,cuda:0); empty: one each")
-    learner_threads: int = _f(
-        1,
-        "torch threads of each learner process; 0: the cores the run leaves free, 1 to 4 (SAC's default: its learner "
-        "is its bottleneck)",
+    learner_threads: int = _f(1, "torch threads of each learner process; 0: the cores the run leaves free")
+    learner_precision: str = _f(
+        "fp32", "the learner's convnets: fp32, bf16 (autocast; weights stay float32), or auto (bf16 where native)"
     )
 
 

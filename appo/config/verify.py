@@ -66,6 +66,7 @@ def verify(cfg: Cfg) -> list[str]:
     choices |= {"task_visibility": ("hidden", "visible"), "save_best_metric": ("train", "eval")}
     choices["selfplay_pool_keep"] = ("recent", "spread")
     choices["value_input"] = ("local", "team", "state")
+    choices["learner_precision"] = ("fp32", "bf16", "auto")
     for name, valid in choices.items():
         if getattr(cfg, name) not in valid:
             errors.append(f"--{name}={getattr(cfg, name)}: must be one of {', '.join(valid)}")

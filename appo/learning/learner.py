@@ -37,6 +37,8 @@ from appo.learning.checkpoint import (
 from appo.learning.distributed import RankLink, state_digest
 from appo.learning.resume_state import random_states, resumed_hparams, set_random_states
 from appo.learning.snapshot_pool import SnapshotPool
+from appo.models.device import compute_dtype
+from appo.models.encoders import set_compute_dtype
 from appo.models.registry import make_model
 from appo.protocol.messages import (
     CopyPolicy,
@@ -78,6 +80,7 @@ class Learner:
         if self.ranks.is_distributed and spec.consumes != "fresh":
             raise ValueError(f"--learner_world_size={self.ranks.world_size}: --algo={cfg.algo} trains on one rank")
         self.model = make_model(cfg, *spaces, kind=spec.model_kind).to(device).train()
+        set_compute_dtype(self.model, compute_dtype(cfg.learner_precision, device))  # --learner_precision
         self.guard = NonFiniteGuard(policy_id, ranks=self.ranks)
         self.algorithm: Algorithm = algo_cls(cfg, derived, self.model, device, self.guard)
         self.algorithm.control = control

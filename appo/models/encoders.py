@@ -106,6 +106,9 @@ class ImageEncoder(nn.Module):
         self.out_size = FC_SIZES[kind]
         self.activation = _ACTIVATIONS[CONV_ACTIVATIONS[kind]]
         self.pixel_normalizer: RunningMeanStd | None = None  # --normalize_images (`normalize_pixels`)
+        # The convs' and linear layer's arithmetic: None for float32, or a lower precision they run in under autocast
+        # (the learner's --learner_precision sets it; weights, gradients and the features handed on stay float32).
+        self.compute_dtype: torch.dtype | None = None
 
     def _finish(self) -> None:
         self.fc = nn.Sequential(nn.Linear(self.flat_size, self.out_size), self.activation())
@@ -157,8 +160,12 @@ class ImageEncoder(nn.Module):
                 x = x.clamp_(-self.pixel_normalizer.clip, self.pixel_normalizer.clip)
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
-        x = self.convs(x)
-        return self.fc(x.flatten(1)).reshape(*lead, self.out_size)  # (flatten: batch-size free in traced graphs)
+        if self.compute_dtype is None:
+            x = self.fc(self.convs(x).flatten(1))  # (flatten: batch-size free in traced graphs)
+        else:
+            with torch.autocast(x.device.type, dtype=self.compute_dtype):
+                x = self.fc(self.convs(x).flatten(1)).float()
+        return x.reshape(*lead, self.out_size)
 
     def convs(self, x: Tensor) -> Tensor:
         return self.body(x)
@@ -354,3 +361,10 @@ def make_encoder(cfg: Any, space: gym.Space, mlp_layers: list[int] | None = None
     else:
         encoder = make_image_encoder(kind, space)
     return encoder, encoder.out_size
+
+
+def set_compute_dtype(model: nn.Module, dtype: torch.dtype | None) -> None:
+    """Every convnet of `model` runs its convs and linear layer in `dtype` (None: float32); see ImageEncoder."""
+    for module in model.modules():
+        if isinstance(module, ImageEncoder):
+            module.compute_dtype = dtype

@@ -16,6 +16,7 @@ from torch import nn
 from appo.config.cfg import ENCODERS, Cfg
 from appo.config.verify import verify
 from appo.models.actor_critic import ActorCritic
+from appo.models.device import compute_dtype
 from appo.models.encoders import (
     MIX_WIDTH,
     ConvStackEncoder,
@@ -24,6 +25,7 @@ from appo.models.encoders import (
     encoder_kind,
     is_channels_last,
     make_encoder,
+    set_compute_dtype,
 )
 from appo.models.registry import make_model
 from appo.numpy_policy.conv import IMAGE_ENCODERS
@@ -262,15 +264,48 @@ def quadrant_images(rng: np.random.Generator, n: int) -> tuple[torch.Tensor, tor
     return torch.as_tensor(images), torch.as_tensor(labels)
 
 
+@pytest.mark.parametrize("kind", ["nature", "impala"])
+def test_bf16_convnets_hand_on_float32_features_near_float32_s(kind):
+    """--learner_precision=bf16: the convs and the linear layer run under autocast, the features they hand on and
+    the gradients of the (float32) weights stay float32, and the features are those of float32 to bf16's precision."""
+    torch.manual_seed(0)
+    model = make_model(Cfg(encoder=kind), SMALL, gym.spaces.Discrete(3))
+    obs = frames(SMALL, 2, 3)
+    exact = model.encoder(obs)
+    set_compute_dtype(model, torch.bfloat16)
+    assert model.encoder.compute_dtype == torch.bfloat16
+    low = model.encoder(obs)
+    assert low.dtype == torch.float32 and low.shape == exact.shape == (2, 3, model.encoder.out_size)
+    scale = exact.abs().max().item()
+    assert scale > 0 and (low - exact).abs().max().item() < 0.05 * scale
+    assert not torch.equal(low, exact)  # it did run in bf16
+    low.sum().backward()
+    grads = [p.grad for p in model.encoder.parameters()]
+    assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads)
+    set_compute_dtype(model, None)
+    assert torch.equal(model.encoder(obs), exact)
+
+
+def test_learner_precision_values():
+    assert compute_dtype("fp32", "cpu") is None
+    assert compute_dtype("bf16", "cpu") == torch.bfloat16
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert compute_dtype("auto", "cpu") == (torch.bfloat16 if native else None)
+    assert verify(Cfg(learner_precision="fp16")) == ["--learner_precision=fp16: must be one of fp32, bf16, auto"]
+
+
 @pytest.mark.timeout(60)
-def test_conv_actor_critic_learns_an_image_task():
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_conv_actor_critic_learns_an_image_task(dtype):
     """A one-step bandit from pixels: reward 1 for naming the quadrant of the bright patch. A few hundred PPO
     gradient steps (clipped surrogate, value loss, advantages from the value) take a conv ActorCritic from chance to
-    naming nearly every quadrant, and its value loss (measured on each batch before training on it) falls."""
+    naming nearly every quadrant, and its value loss (measured on each batch before training on it) falls; with
+    its convnet in bf16 (--learner_precision=bf16) as in float32."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     model = make_model(Cfg(encoder="nature"), gym.spaces.Box(0, 255, (36, 36, 1), np.uint8), gym.spaces.Discrete(4))
     assert isinstance(model, ActorCritic)
+    set_compute_dtype(model, dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     zeros = torch.zeros(32, 1, 1)
     losses = []
