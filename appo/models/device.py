@@ -51,12 +51,11 @@ def compute_dtype(precision: str, device: torch.device | str) -> torch.dtype | N
     does it natively (a CUDA device that supports it; a CPU whose oneDNN has native bf16 instructions, AVX512-BF16 or
     AMX), where it about halves a convnet's training time (Nature CNN, batch 256, one AVX512-BF16 core: 175 -> 90 ms
     for its forward and backward pass); elsewhere bf16 would be emulated, slower than float32."""
-    if precision in ("fp32", "bf16"):
+    if precision != "auto":
         return torch.bfloat16 if precision == "bf16" else None
-    device = torch.device(device)
-    if device.type == "cuda":
+    kind = torch.device(device).type
+    if kind == "cuda":
         native = torch.cuda.is_bf16_supported()
     else:
-        native = device.type == "cpu" and torch.backends.mkldnn.is_available()
-        native = native and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        native = kind == "cpu" and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return torch.bfloat16 if native else None
